@@ -1,0 +1,3 @@
+//! Allocator replica library.
+#[cfg(feature = "testkit")]
+pub mod testkit;
