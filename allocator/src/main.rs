@@ -1,1 +1,46 @@
-fn main(){}
+use allocator::app::Application;
+use allocator::config::{Cli, Command};
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    allocator::telemetry::init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Migrate(args) => {
+            let mut client = allocator::db::connect(&args.database_url).await?;
+            let report = schema::initialise(&mut client, args.partitions).await?;
+            tracing::info!(
+                applied = ?report.applied,
+                partition_count = report.partition_count,
+                created_cluster = report.created_cluster,
+                "schema ready"
+            );
+            println!(
+                "schema ready: {} partitions, {} migration(s) applied",
+                report.partition_count,
+                report.applied.len()
+            );
+            Ok(())
+        }
+        Command::Serve(config) => {
+            let app = Application::build(*config).await?;
+            let shutdown = app.shutdown_token();
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                shutdown.cancel();
+            });
+            app.run_until_stopped().await
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!(signal = "SIGTERM", "signal received"),
+        _ = int.recv() => tracing::info!(signal = "SIGINT", "signal received"),
+    }
+}

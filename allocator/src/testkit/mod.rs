@@ -1,1 +1,33 @@
-//! Test harness (filled in).
+//! Test harness for fault-injection tests of the allocator and the router (feature `testkit`).
+//!
+//! The allocator's guarantees — fenced leases, idempotent reservations, no double allocation —
+//! only matter when something fails, so its tests must make real dependencies fail on demand:
+//!
+//! * [`PgServer`]: a private PostgreSQL cluster per test that can be paused (`SIGSTOP`), stopped,
+//!   killed and restarted on the same port and data directory.
+//! * [`RedisServer`]: a private Redis that can be killed and brought back (empty) on the same
+//!   port.
+//! * [`TcpProxy`]: a TCP proxy between a service and its database that can delay, blackhole
+//!   (partition) or cut connections.
+//! * [`ChildProcess`]: a spawned service binary that can be crashed, frozen or stopped, with its
+//!   output captured to a log file; plus [`free_port`] and [`cargo_bin`] to launch it.
+//!
+//! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
+//! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
+//! with other users of those instances. Every handle cleans up its processes and temporary files
+//! in `Drop`, including while a failing test unwinds.
+//!
+//! The harness lives in the library behind a feature (rather than in `tests/`) so that the
+//! router crate's tests can use it too.
+
+pub mod postgres;
+pub mod process;
+pub mod proxy;
+pub mod redis;
+
+mod procfs;
+
+pub use self::postgres::PgServer;
+pub use self::process::{cargo_bin, free_port, ChildProcess};
+pub use self::proxy::{ProxyMode, TcpProxy};
+pub use self::redis::RedisServer;

@@ -1,0 +1,49 @@
+//! Cluster endpoints: ownership map, health, readiness, metrics.
+
+use std::time::Duration;
+
+use actix_web::{web, HttpResponse};
+
+use super::{ApiError, AppState};
+use crate::assignment;
+
+pub async fn partitions(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let client = state.pool.get().await?;
+    let map = assignment::read_map(&**client).await?;
+    Ok(HttpResponse::Ok().json(map))
+}
+
+/// Liveness: the process answers.
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Readiness: registered with the cluster, the database answers, not shutting down.
+pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    if state.shutdown.is_cancelled() {
+        return Err(ApiError::StorageUnavailable("shutting down".into()));
+    }
+    if !*state.ready.borrow() {
+        return Err(ApiError::StorageUnavailable(
+            "first campaign round has not completed".into(),
+        ));
+    }
+    let ping = async {
+        let client = state.pool.get().await?;
+        client.simple_query("SELECT 1").await?;
+        Ok::<_, ApiError>(())
+    };
+    tokio::time::timeout(Duration::from_secs(1), ping)
+        .await
+        .map_err(|_| ApiError::StorageUnavailable("database ping timed out".into()))??;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "status": "ready",
+        "leases_held": state.ownership.held().len(),
+    })))
+}
+
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
+}

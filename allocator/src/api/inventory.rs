@@ -1,0 +1,84 @@
+//! `/v1/inventory` handlers.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use super::{ApiError, AppState};
+use crate::fenced::{Command, Outcome};
+use crate::partition::partition_for;
+use crate::wire::{validate, AdjustmentRequest, Inventory, HEADER_EPOCH, HEADER_REPLAYED};
+
+pub async fn get(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let sku = path.into_inner();
+    validate::sku(&sku).map_err(ApiError::InvalidRequest)?;
+    let client = state.pool.get().await?;
+    let row = client
+        .query_opt(
+            "SELECT partition, on_hand, available, held, confirmed, highest_epoch
+               FROM inventory WHERE sku = $1",
+            &[&sku],
+        )
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("sku {sku} is not stocked")))?;
+    Ok(HttpResponse::Ok().json(Inventory {
+        sku,
+        partition: row.get::<_, i32>(0) as u32,
+        on_hand: row.get(1),
+        available: row.get(2),
+        held: row.get(3),
+        confirmed: row.get(4),
+        epoch: row.get(5),
+    }))
+}
+
+pub async fn adjust(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    body: web::Json<AdjustmentRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let sku = path.into_inner();
+    let body = body.into_inner();
+    validate::sku(&sku).map_err(ApiError::InvalidRequest)?;
+    validate::id("adjustment_id", &body.adjustment_id).map_err(ApiError::InvalidRequest)?;
+    validate::delta(body.delta).map_err(ApiError::InvalidRequest)?;
+    let partition = partition_for(&sku, state.partition_count);
+    let command = Command::Adjust {
+        adjustment_id: body.adjustment_id,
+        sku,
+        delta: body.delta,
+    };
+    let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
+    match outcome {
+        Outcome::Adjusted {
+            adjustment,
+            replayed,
+        } => {
+            let mut response = if replayed {
+                HttpResponse::Ok()
+            } else {
+                HttpResponse::Created()
+            };
+            if replayed {
+                response.insert_header((HEADER_REPLAYED, "true"));
+            }
+            response.insert_header((HEADER_EPOCH, epoch.to_string()));
+            Ok(response.json(adjustment))
+        }
+        Outcome::ShrinkRefused {
+            available,
+            replayed,
+        } => Err(ApiError::ShrinkBelowHeld {
+            available,
+            replayed,
+        }),
+        Outcome::Mismatch { detail } => Err(ApiError::IdempotencyMismatch(detail)),
+        Outcome::NotFound { detail } => Err(ApiError::NotFound(detail)),
+        other => Err(ApiError::StorageUnavailable(format!(
+            "unexpected outcome {}",
+            other.result()
+        ))),
+    }
+}

@@ -1,0 +1,188 @@
+//! Every error the HTTP API returns, rendered as RFC 9457 problem+json. One enum, one
+//! `status_code()` mapping.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+
+use crate::wire::{problem_type, Problem, ReservationStatus, PROBLEM_CONTENT_TYPE};
+use crate::worker::WorkError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("insufficient stock")]
+    InsufficientStock { available: i64, replayed: bool },
+    #[error("{0}")]
+    IdempotencyMismatch(String),
+    #[error("transition not allowed from {}", current.as_str())]
+    InvalidState { current: ReservationStatus },
+    #[error("shrink would take stock that is held or confirmed")]
+    ShrinkBelowHeld { available: i64, replayed: bool },
+    #[error("partition {partition} is not owned by this replica")]
+    NotOwner {
+        partition: u32,
+        owner_id: Option<String>,
+        owner_url: Option<String>,
+        epoch: Option<i64>,
+        revision: Option<i64>,
+    },
+    #[error("partition {partition} has no confirmed owner right now: {reason}")]
+    PartitionUnavailable {
+        partition: u32,
+        reason: String,
+        outcome_unknown: bool,
+    },
+    #[error("storage unavailable: {0}")]
+    StorageUnavailable(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+}
+
+/// Seconds a client should wait before retrying a 503.
+const RETRY_AFTER_SECONDS: &str = "1";
+
+impl ApiError {
+    fn kind_and_title(&self) -> (&'static str, &'static str) {
+        use problem_type::*;
+        match self {
+            ApiError::InvalidRequest(_) => (INVALID_REQUEST, "Invalid request"),
+            ApiError::PayloadTooLarge { .. } => (INVALID_REQUEST, "Request body too large"),
+            ApiError::NotFound(_) => (NOT_FOUND, "Not found"),
+            ApiError::InsufficientStock { .. } => (INSUFFICIENT_STOCK, "Insufficient stock"),
+            ApiError::IdempotencyMismatch(_) => {
+                (IDEMPOTENCY_MISMATCH, "Id reused with a different payload")
+            }
+            ApiError::InvalidState { .. } => (INVALID_STATE, "Transition not allowed"),
+            ApiError::ShrinkBelowHeld { .. } => (SHRINK_BELOW_HELD, "Shrink below held stock"),
+            ApiError::NotOwner { .. } => (NOT_OWNER, "Partition owned elsewhere"),
+            ApiError::PartitionUnavailable { .. } => {
+                (PARTITION_UNAVAILABLE, "Partition temporarily unavailable")
+            }
+            ApiError::StorageUnavailable(_) => (STORAGE_UNAVAILABLE, "Storage unavailable"),
+            ApiError::MethodNotAllowed => (INVALID_REQUEST, "Method not allowed"),
+        }
+    }
+
+    pub fn problem(&self) -> Problem {
+        let (kind, title) = self.kind_and_title();
+        let mut problem = Problem {
+            kind: kind.to_owned(),
+            title: title.to_owned(),
+            status: self.status_code().as_u16(),
+            detail: Some(self.to_string()),
+            ..Problem::default()
+        };
+        match self {
+            ApiError::InsufficientStock { available, .. }
+            | ApiError::ShrinkBelowHeld { available, .. } => problem.available = Some(*available),
+            ApiError::InvalidState { current } => problem.current_status = Some(*current),
+            ApiError::NotOwner {
+                partition,
+                owner_id,
+                owner_url,
+                epoch,
+                revision,
+            } => {
+                problem.partition = Some(*partition);
+                problem.owner_id = owner_id.clone();
+                problem.owner_url = owner_url.clone();
+                problem.epoch = *epoch;
+                problem.revision = *revision;
+            }
+            ApiError::PartitionUnavailable {
+                partition,
+                outcome_unknown,
+                ..
+            } => {
+                problem.partition = Some(*partition);
+                problem.outcome_unknown = Some(*outcome_unknown);
+            }
+            _ => {}
+        }
+        problem
+    }
+
+    fn replayed(&self) -> bool {
+        matches!(
+            self,
+            ApiError::InsufficientStock { replayed: true, .. }
+                | ApiError::ShrinkBelowHeld { replayed: true, .. }
+        )
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::InsufficientStock { .. }
+            | ApiError::InvalidState { .. }
+            | ApiError::ShrinkBelowHeld { .. } => StatusCode::CONFLICT,
+            ApiError::IdempotencyMismatch(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::NotOwner { .. } => StatusCode::MISDIRECTED_REQUEST,
+            ApiError::PartitionUnavailable { .. } | ApiError::StorageUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        response.insert_header((header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE));
+        if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
+            response.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECONDS));
+        }
+        if self.replayed() {
+            response.insert_header((crate::wire::HEADER_REPLAYED, "true"));
+        }
+        response.body(serde_json::to_string(&self.problem()).expect("problem serialises"))
+    }
+}
+
+impl From<WorkError> for ApiError {
+    fn from(error: WorkError) -> Self {
+        match error {
+            WorkError::NotOwner { partition } => ApiError::NotOwner {
+                partition,
+                owner_id: None,
+                owner_url: None,
+                epoch: None,
+                revision: None,
+            },
+            WorkError::Unavailable {
+                partition,
+                reason,
+                outcome_unknown,
+            } => ApiError::PartitionUnavailable {
+                partition,
+                reason,
+                outcome_unknown,
+            },
+            WorkError::Storage { partition, reason } => ApiError::PartitionUnavailable {
+                partition,
+                reason,
+                outcome_unknown: false,
+            },
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for ApiError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        ApiError::StorageUnavailable(error.to_string())
+    }
+}
+
+impl From<tokio_postgres::Error> for ApiError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        ApiError::StorageUnavailable(error.to_string())
+    }
+}

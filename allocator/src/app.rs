@@ -1,0 +1,181 @@
+//! Wiring of one allocator replica: pools, ownership, lease manager, workers, HTTP server, and
+//! one shutdown signal that every task watches.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{web, HttpServer};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState};
+use crate::clock::SystemClock;
+use crate::config::ServeConfig;
+use crate::db::{build_pool, PoolSettings};
+use crate::hints::HintPublisher;
+use crate::lease::manager::{LeaseManager, ManagerSettings};
+use crate::lease::ownership::Ownership;
+use crate::lease::state::LeaseTiming;
+use crate::worker::WorkerContext;
+
+pub struct Application {
+    port: u16,
+    advertise_url: String,
+    server: actix_web::dev::Server,
+    shutdown: CancellationToken,
+    manager_task: JoinHandle<()>,
+    hint_task: Option<JoinHandle<()>>,
+    ownership: Arc<Ownership>,
+}
+
+impl Application {
+    /// Bind, connect and start the lease manager. The cluster must be initialised
+    /// (`allocator migrate`).
+    pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
+        let timing = LeaseTiming::new(
+            config.lease_ttl(),
+            config.lease_margin(),
+            config.renew_interval(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let listener = TcpListener::bind(config.listen)?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let advertise_url = config
+            .advertise_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}:{port}", config.listen.ip()));
+
+        let pool_settings = PoolSettings {
+            size: config.pool_size,
+            wait: Duration::from_millis(config.pool_wait_ms),
+            statement_timeout: Duration::from_millis(config.statement_timeout_ms),
+            idle_in_transaction_timeout: Duration::from_millis(
+                config.idle_in_transaction_timeout_ms,
+            ),
+            lock_timeout: Duration::from_millis(config.statement_timeout_ms),
+            application_name: format!("allocator:{}", config.replica_id),
+        };
+        let pool = build_pool(&config.database_url, &pool_settings)?;
+        // Lease statements must never wait long for a lock held by a paused peer's transaction:
+        // a short lock timeout turns that wait into a failed (retried) campaign step.
+        let lease_pool = build_pool(
+            &config.database_url,
+            &PoolSettings {
+                size: 4,
+                wait: timing.renew_interval / 2,
+                lock_timeout: timing.renew_interval / 2,
+                application_name: format!("allocator:{}:leases", config.replica_id),
+                ..pool_settings.clone()
+            },
+        )?;
+        let partition_count = {
+            let client = pool.get().await?;
+            schema::partition_count(&client).await?
+        };
+
+        let shutdown = CancellationToken::new();
+        let ownership = Arc::new(Ownership::new(
+            partition_count,
+            Arc::new(SystemClock),
+            timing,
+        ));
+        let workers = Arc::new(WorkerContext {
+            pool: pool.clone(),
+            ownership: ownership.clone(),
+            replica_id: config.replica_id.clone(),
+            batch_max: config.batch_max.max(1),
+            queue_capacity: config.queue_capacity.max(1),
+            expiry_interval: Duration::from_millis(config.expiry_interval_ms.max(10)),
+            expiry_batch: config.expiry_batch.max(1),
+        });
+        let (hints, hint_task) = match &config.redis_url {
+            Some(url) => {
+                let (publisher, task) = HintPublisher::spawn(url, shutdown.clone())?;
+                (publisher, Some(task))
+            }
+            None => (HintPublisher::disabled(), None),
+        };
+        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+        let manager = LeaseManager::new(
+            ManagerSettings {
+                replica_id: config.replica_id.clone(),
+                advertise_url: advertise_url.clone(),
+                campaign_interval: config.campaign_interval(),
+            },
+            lease_pool,
+            ownership.clone(),
+            workers,
+            hints,
+            ready_tx,
+        );
+        let manager_task = manager.start(shutdown.clone());
+
+        let state = web::Data::new(AppState {
+            pool,
+            ownership: ownership.clone(),
+            partition_count,
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            metrics: crate::metrics::install(),
+            ready: ready_rx,
+            shutdown: shutdown.clone(),
+        });
+        let server = HttpServer::new(move || api::app(state.clone()))
+            .workers(config.http_workers.max(1))
+            .disable_signals()
+            .shutdown_timeout(5)
+            .listen(listener)?
+            .run();
+        tracing::info!(
+            replica_id = %config.replica_id,
+            port,
+            advertise_url = %advertise_url,
+            partition_count,
+            lease_ttl_ms = timing.ttl.as_millis() as u64,
+            "allocator replica started"
+        );
+        Ok(Self {
+            port,
+            advertise_url,
+            server,
+            shutdown,
+            manager_task,
+            hint_task,
+            ownership,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn advertise_url(&self) -> &str {
+        &self.advertise_url
+    }
+
+    /// Cancel this to stop the replica gracefully (leases are released first).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    pub fn ownership(&self) -> Arc<Ownership> {
+        self.ownership.clone()
+    }
+
+    /// Serve until the shutdown token fires, then release every lease, then stop HTTP.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let handle = self.server.handle();
+        let server = tokio::spawn(self.server);
+        self.shutdown.cancelled().await;
+        tracing::info!("shutdown requested");
+        let _ = self.manager_task.await;
+        if let Some(task) = self.hint_task {
+            let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+        }
+        handle.stop(true).await;
+        let _ = server.await;
+        tracing::info!("allocator replica stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,129 @@
+//! Command line and environment configuration. Every flag has an environment variable.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "allocator", version, about = "Fenced inventory allocator replica")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or upgrade the schema and fix the partition count (idempotent).
+    Migrate(MigrateArgs),
+    /// Run an allocator replica.
+    Serve(Box<ServeConfig>),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// Partition count for a new cluster (default 64); must match an existing cluster's.
+    #[arg(long, env = "ALLOCATOR_PARTITIONS")]
+    pub partitions: Option<u32>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    #[arg(long, env = "ALLOCATOR_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Unique, stable name of this replica; a restart under the same id may re-take its leases
+    /// at once (with new epochs).
+    #[arg(long, env = "ALLOCATOR_REPLICA_ID")]
+    pub replica_id: String,
+    /// URL routers use to reach this replica; stored on every lease it holds. Defaults to
+    /// `http://<bound listen address>`.
+    #[arg(long, env = "ALLOCATOR_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+    /// Redis for assignment change hints; optional, never an authority.
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Lease duration granted by the database.
+    #[arg(long, env = "ALLOCATOR_LEASE_TTL_MS", default_value_t = 5000)]
+    pub lease_ttl_ms: u64,
+    /// Renewal period; default ttl / 3.
+    #[arg(long, env = "ALLOCATOR_RENEW_INTERVAL_MS")]
+    pub renew_interval_ms: Option<u64>,
+    /// Safety margin subtracted from the lease for the local deadline; also the stall budget.
+    #[arg(long, env = "ALLOCATOR_LEASE_MARGIN_MS", default_value_t = 1000)]
+    pub lease_margin_ms: u64,
+    /// Mean time between campaigns (±20 % jitter).
+    #[arg(long, env = "ALLOCATOR_CAMPAIGN_INTERVAL_MS", default_value_t = 1000)]
+    pub campaign_interval_ms: u64,
+
+    /// Connections for request transactions.
+    #[arg(long, env = "ALLOCATOR_POOL_SIZE", default_value_t = 16)]
+    pub pool_size: usize,
+    /// Longest wait for a pooled connection before answering 503.
+    #[arg(long, env = "ALLOCATOR_POOL_WAIT_MS", default_value_t = 2000)]
+    pub pool_wait_ms: u64,
+    /// Server-side statement timeout on every connection.
+    #[arg(long, env = "ALLOCATOR_STATEMENT_TIMEOUT_MS", default_value_t = 3000)]
+    pub statement_timeout_ms: u64,
+    /// Server-side idle-in-transaction timeout: bounds how long a paused replica keeps the lease
+    /// row share-locked and so how long it can delay a takeover.
+    #[arg(long, env = "ALLOCATOR_IDLE_IN_TX_TIMEOUT_MS", default_value_t = 2000)]
+    pub idle_in_transaction_timeout_ms: u64,
+
+    /// Most commands one partition transaction may carry.
+    #[arg(long, env = "ALLOCATOR_BATCH_MAX", default_value_t = 64)]
+    pub batch_max: usize,
+    /// Queued commands per partition before new ones get 503.
+    #[arg(long, env = "ALLOCATOR_QUEUE_CAPACITY", default_value_t = 4096)]
+    pub queue_capacity: usize,
+    /// Deadline for one request inside the replica.
+    #[arg(long, env = "ALLOCATOR_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
+    pub request_timeout_ms: u64,
+    /// How often each owned partition sweeps overdue holds.
+    #[arg(long, env = "ALLOCATOR_EXPIRY_INTERVAL_MS", default_value_t = 1000)]
+    pub expiry_interval_ms: u64,
+    /// Most holds expired per sweep transaction.
+    #[arg(long, env = "ALLOCATOR_EXPIRY_BATCH", default_value_t = 100)]
+    pub expiry_batch: i64,
+    /// HTTP worker threads.
+    #[arg(long, env = "ALLOCATOR_HTTP_WORKERS", default_value_t = 2)]
+    pub http_workers: usize,
+}
+
+impl ServeConfig {
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms)
+    }
+    pub fn lease_margin(&self) -> Duration {
+        Duration::from_millis(self.lease_margin_ms)
+    }
+    pub fn renew_interval(&self) -> Duration {
+        Duration::from_millis(self.renew_interval_ms.unwrap_or(self.lease_ttl_ms / 3))
+    }
+    pub fn campaign_interval(&self) -> Duration {
+        Duration::from_millis(self.campaign_interval_ms)
+    }
+
+    /// Defaults for tests and embedding: everything but the identity and database.
+    pub fn for_tests(database_url: &str, replica_id: &str) -> Self {
+        let cli = Cli::try_parse_from([
+            "allocator",
+            "serve",
+            "--database-url",
+            database_url,
+            "--listen",
+            "127.0.0.1:0",
+            "--replica-id",
+            replica_id,
+        ])
+        .expect("static arguments parse");
+        match cli.command {
+            Command::Serve(config) => *config,
+            Command::Migrate(_) => unreachable!(),
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Storage error classification: SQLSTATE is translated in exactly one place.
+
+use tokio_postgres::error::SqlState;
+
+/// SQLSTATE raised by the inventory trigger when a lower epoch tries to write a row.
+pub const SQLSTATE_STALE_EPOCH: &str = "FA001";
+
+/// What a database error means to the allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbFailure {
+    /// The resource-side fence refused a stale epoch: this replica is no longer the owner.
+    StaleEpoch,
+    /// Transient: connection lost, timeouts, server shutting down, lock wait exceeded,
+    /// serialization failures. The outcome of an in-flight commit may be unknown.
+    Unavailable,
+    /// A constraint refused the write (a bug if it ever happens: the code checks first).
+    ConstraintViolation,
+    /// Anything else.
+    Other,
+}
+
+pub fn classify(err: &tokio_postgres::Error) -> DbFailure {
+    let Some(code) = err.code() else {
+        // No SQLSTATE: the connection broke or a client-side failure happened.
+        return DbFailure::Unavailable;
+    };
+    if code.code() == SQLSTATE_STALE_EPOCH {
+        return DbFailure::StaleEpoch;
+    }
+    if code.code().starts_with("08") || code.code().starts_with("57") {
+        // connection exceptions, operator intervention (query_canceled, admin_shutdown, ...)
+        return DbFailure::Unavailable;
+    }
+    match *code {
+        SqlState::T_R_SERIALIZATION_FAILURE
+        | SqlState::T_R_DEADLOCK_DETECTED
+        | SqlState::LOCK_NOT_AVAILABLE
+        | SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
+        | SqlState::TOO_MANY_CONNECTIONS => DbFailure::Unavailable,
+        SqlState::CHECK_VIOLATION
+        | SqlState::UNIQUE_VIOLATION
+        | SqlState::FOREIGN_KEY_VIOLATION
+        | SqlState::NOT_NULL_VIOLATION => DbFailure::ConstraintViolation,
+        _ => DbFailure::Other,
+    }
+}

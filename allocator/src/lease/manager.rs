@@ -1,0 +1,312 @@
+//! The lease manager: three tasks sharing one [`Ownership`].
+//!
+//! * **watchdog** — pure and I/O-free, ticks every 50 ms: drops every lease whose safe deadline
+//!   passed, and drops *all* leases when a tick arrives later than `period + margin` (the process
+//!   was paused, e.g. SIGSTOP, and may have slept through its deadlines). It never waits on the
+//!   database, so a slow database cannot look like a stall or delay a deadline.
+//! * **renewer** — every `renew_interval` (~ttl/3) renews all held leases in one statement, with a
+//!   timeout; a failure or timeout makes them `Uncertain` (no new work) and retries sooner.
+//! * **campaigner** — every `campaign_interval` ±20 % jitter: heartbeats, counts live replicas,
+//!   acquires free partitions up to `ceil(P / live)` and hands back one surplus partition at a
+//!   time, so a new or returning replica gets work without a thundering herd.
+//!
+//! On shutdown every held lease is released (conditional on holder and epoch), so peers take
+//! over within one campaign period instead of a lease TTL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::ownership::Ownership;
+use super::state::{LossCause, StallWatchdog};
+use super::store;
+use crate::assignment::{AssignmentHint, HintKind};
+use crate::hints::HintPublisher;
+use crate::metrics as m;
+use crate::worker::{spawn_worker, WorkerContext};
+
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Clone)]
+pub struct ManagerSettings {
+    pub replica_id: String,
+    pub advertise_url: String,
+    pub campaign_interval: Duration,
+}
+
+pub struct LeaseManager {
+    settings: ManagerSettings,
+    /// A small pool of its own, so renewals never queue behind request transactions.
+    pool: Pool,
+    ownership: Arc<Ownership>,
+    workers: Arc<WorkerContext>,
+    hints: HintPublisher,
+    /// Set once the first campaign round has run; `/readyz` waits for it.
+    ready: tokio::sync::watch::Sender<bool>,
+}
+
+impl LeaseManager {
+    pub fn new(
+        settings: ManagerSettings,
+        pool: Pool,
+        ownership: Arc<Ownership>,
+        workers: Arc<WorkerContext>,
+        hints: HintPublisher,
+        ready: tokio::sync::watch::Sender<bool>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            pool,
+            ownership,
+            workers,
+            hints,
+            ready,
+        })
+    }
+
+    /// Start the three tasks; the returned handle finishes after `shutdown` fired and every
+    /// lease was released.
+    pub fn start(self: &Arc<Self>, shutdown: CancellationToken) -> JoinHandle<()> {
+        let stop_renewing = CancellationToken::new();
+        let watchdog = tokio::spawn(self.clone().watchdog(stop_renewing.clone()));
+        let renewer = tokio::spawn(self.clone().renewer(stop_renewing.clone()));
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.campaigner(shutdown).await;
+            // Keep renewing while releasing, so nothing lapses mid-hand-off; then stop.
+            this.release_all().await;
+            stop_renewing.cancel();
+            let _ = tokio::join!(watchdog, renewer);
+        })
+    }
+
+    async fn watchdog(self: Arc<Self>, stop: CancellationToken) {
+        let mut dog = StallWatchdog::new(
+            WATCHDOG_PERIOD,
+            self.ownership.timing().margin,
+            self.ownership.now(),
+        );
+        let mut tick = tokio::time::interval(WATCHDOG_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Some(stall) = dog.observe(self.ownership.now()) {
+                metrics::counter!(m::PROCESS_STALLS).increment(1);
+                tracing::warn!(stall_ms = stall.as_millis() as u64, "process stall detected, dropping every lease");
+                self.ownership.lose_all(LossCause::Stall);
+            }
+            let remaining = self.ownership.expire_deadlines();
+            let held = self.ownership.held().len();
+            metrics::gauge!(m::LEASES_HELD).set(held as f64);
+            metrics::gauge!(m::LEASE_REMAINING_SECONDS)
+                .set(remaining.map_or(0.0, |d| d.as_secs_f64()));
+        }
+    }
+
+    async fn renewer(self: Arc<Self>, stop: CancellationToken) {
+        let timing = *self.ownership.timing();
+        let mut wait = timing.renew_interval;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            let held = self.ownership.held();
+            if held.is_empty() {
+                wait = timing.renew_interval;
+                continue;
+            }
+            let t0 = self.ownership.now();
+            let attempt = tokio::time::timeout(timing.renew_interval, async {
+                let client = self.pool.get().await.map_err(|e| e.to_string())?;
+                store::renew(&**client, &self.settings.replica_id, &held, timing.ttl)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await;
+            match attempt {
+                Ok(Ok(renewed)) => {
+                    for (partition, epoch) in held {
+                        if renewed.contains(&partition) {
+                            self.ownership.renewed(partition, epoch, t0);
+                        } else {
+                            metrics::counter!(m::LEASE_RENEW_FAILURES).increment(1);
+                            self.ownership
+                                .lose(partition, epoch, LossCause::RenewRejected);
+                        }
+                    }
+                    wait = timing.renew_interval;
+                }
+                failed => {
+                    let reason = match failed {
+                        Ok(Err(e)) => e,
+                        _ => "timed out".to_owned(),
+                    };
+                    tracing::warn!(held = held.len(), %reason, "lease renewal failed, partitions uncertain");
+                    metrics::counter!(m::LEASE_RENEW_FAILURES).increment(held.len() as u64);
+                    for (partition, epoch) in held {
+                        self.ownership.renew_failed(partition, epoch);
+                    }
+                    // Retry soon: a confirmed renewal before the deadline restores service.
+                    wait = timing.renew_interval / 4;
+                }
+            }
+        }
+    }
+
+    fn jittered(&self) -> Duration {
+        let base = self.settings.campaign_interval.as_secs_f64();
+        Duration::from_secs_f64(base * rand::rng().random_range(0.8..1.2))
+    }
+
+    async fn campaigner(self: &Arc<Self>, shutdown: CancellationToken) {
+        // Register first and let peers that start at the same time register too, so the first
+        // campaign already sees a fair share instead of grabbing every partition.
+        let _ = self.campaign_round(false).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(self.jittered()) => {}
+        }
+        loop {
+            if let Err(error) = self.campaign_round(true).await {
+                tracing::warn!(%error, "campaign round failed");
+            }
+            let _ = self.ready.send(true);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.jittered()) => {}
+            }
+        }
+    }
+
+    async fn campaign_round(&self, act: bool) -> anyhow::Result<()> {
+        let timing = *self.ownership.timing();
+        let client = self.pool.get().await?;
+        let view = tokio::time::timeout(
+            timing.renew_interval,
+            store::heartbeat_and_view(
+                &**client,
+                &self.settings.replica_id,
+                &self.settings.advertise_url,
+                timing.ttl,
+            ),
+        )
+        .await??;
+        metrics::gauge!(m::LIVE_REPLICAS).set(view.live_replicas as f64);
+        if !act {
+            return Ok(());
+        }
+        let target = store::fair_share(view.partition_count, view.live_replicas) as usize;
+        let held = self.ownership.held();
+        if held.len() < target {
+            let mut free = view.free;
+            free.shuffle(&mut rand::rng());
+            let mut wanted = target - held.len();
+            for partition in free {
+                if wanted == 0 {
+                    break;
+                }
+                if partition >= self.ownership.partition_count() {
+                    continue;
+                }
+                let t0 = self.ownership.now();
+                let acquired = tokio::time::timeout(
+                    timing.renew_interval,
+                    store::acquire(
+                        &**client,
+                        partition,
+                        &self.settings.replica_id,
+                        &self.settings.advertise_url,
+                        timing.ttl,
+                    ),
+                )
+                .await;
+                match acquired {
+                    Ok(Ok(Some(a))) => {
+                        let worker = spawn_worker(self.workers.clone(), partition, a.epoch);
+                        self.ownership.install(partition, t0, a.epoch, worker);
+                        tracing::info!(partition, epoch = a.epoch, revision = a.revision, "lease acquired");
+                        self.hints.publish(AssignmentHint {
+                            kind: HintKind::Acquire,
+                            partition,
+                            epoch: a.epoch,
+                            revision: a.revision,
+                            owner_id: self.settings.replica_id.clone(),
+                        });
+                        wanted -= 1;
+                    }
+                    Ok(Ok(None)) => {} // somebody else was faster
+                    Ok(Err(error)) => {
+                        tracing::debug!(partition, %error, "acquire failed");
+                    }
+                    Err(_) => {
+                        // Ambiguous: the acquire may have committed. Not installing it is safe;
+                        // the lease simply lapses and is re-acquired with a newer epoch.
+                        tracing::warn!(partition, "acquire timed out");
+                        break;
+                    }
+                }
+            }
+        } else if held.len() > target {
+            // Give back one partition per round: gentle rebalancing, no herd.
+            if let Some(&(partition, _)) = held.iter().max_by_key(|(p, _)| *p) {
+                drop(client);
+                self.release(partition).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stop serving `partition`, let its worker drain, then release the lease.
+    async fn release(&self, partition: u32) {
+        let Some((epoch, worker)) = self.ownership.relinquish(partition) else {
+            return;
+        };
+        if let Some(worker) = worker {
+            let _ = tokio::time::timeout(Duration::from_secs(2), worker.task).await;
+        }
+        let released = async {
+            let client = self.pool.get().await.map_err(|e| e.to_string())?;
+            store::release(&**client, partition, &self.settings.replica_id, epoch)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(Duration::from_secs(2), released).await {
+            Ok(Ok(Some(revision))) => {
+                metrics::counter!(m::LEASE_RELEASES).increment(1);
+                tracing::info!(partition, epoch, revision, "lease released");
+                self.hints.publish(AssignmentHint {
+                    kind: HintKind::Release,
+                    partition,
+                    epoch,
+                    revision,
+                    owner_id: self.settings.replica_id.clone(),
+                });
+            }
+            Ok(Ok(None)) => tracing::info!(partition, epoch, "lease was no longer ours to release"),
+            Ok(Err(error)) => tracing::warn!(partition, epoch, %error, "lease release failed; it will expire"),
+            Err(_) => tracing::warn!(partition, epoch, "lease release timed out; it will expire"),
+        }
+    }
+
+    async fn release_all(&self) {
+        let held = self.ownership.held();
+        tracing::info!(count = held.len(), "releasing every lease before exit");
+        futures::future::join_all(held.iter().map(|(p, _)| self.release(*p))).await;
+        if let Ok(client) = self.pool.get().await {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                store::deregister(&**client, &self.settings.replica_id),
+            )
+            .await;
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The lease state machine of one partition, free of I/O.
+//!
+//! ```text
+//! NotHeld --acquire ok(epoch)--> Active{epoch, safe_until = t0 + ttl - margin}
+//! Active  --renew ok(t0)------> Active{safe_until = t0 + ttl - margin}
+//! Active  --renew failed/ambiguous--> Uncertain   (stop admitting work, keep trying to renew)
+//! Uncertain --renew ok(t0) before safe_until--> Active
+//! Active|Uncertain --now >= safe_until | renew rejected | stall > margin--> NotHeld (lost)
+//! ```
+//!
+//! `t0` is the monotonic instant taken *before* the acquire or renew request was sent: the
+//! database may have started the lease at any moment while the request was in flight, so only
+//! `t0` is a safe lower bound for its start. A renewal that the database rejected (zero rows) means
+//! another holder may exist; one that failed or timed out is ambiguous and is treated as a
+//! failure. A lost lease only comes back through a fresh acquire, which yields a newer epoch.
+
+use std::time::{Duration, Instant};
+
+/// Timing of every lease this replica holds, derived from configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// Lease duration granted by the database (`expires_at = now() + ttl`).
+    pub ttl: Duration,
+    /// Subtracted from `t0 + ttl` to give the local safe deadline; covers clock-rate drift,
+    /// scheduling delay between the deadline check and a write, and small pauses.
+    pub margin: Duration,
+    /// How often held leases are renewed; about `ttl / 3` so two renewals may fail before the
+    /// safe deadline passes.
+    pub renew_interval: Duration,
+}
+
+impl LeaseTiming {
+    pub fn new(ttl: Duration, margin: Duration, renew_interval: Duration) -> Result<Self, String> {
+        if margin >= ttl {
+            return Err("lease margin must be shorter than the lease ttl".into());
+        }
+        if renew_interval.is_zero() || renew_interval >= ttl - margin {
+            return Err("renew interval must be positive and shorter than ttl - margin".into());
+        }
+        Ok(Self {
+            ttl,
+            margin,
+            renew_interval,
+        })
+    }
+
+    /// Last instant at which this replica may still act on a lease granted or renewed by a
+    /// request sent at `t0`.
+    pub fn safe_until(&self, t0: Instant) -> Instant {
+        t0 + self.ttl - self.margin
+    }
+}
+
+/// Why a lease was lost; a metric label, so keep the set small and stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossCause {
+    /// The safe deadline passed without a confirmed renewal.
+    Deadline,
+    /// The database refused the renewal: the lease expired or a newer epoch exists.
+    RenewRejected,
+    /// The process stalled for longer than the margin.
+    Stall,
+    /// A transaction found the lease row naming another holder or epoch.
+    Fenced,
+}
+
+impl LossCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deadline => "deadline",
+            Self::RenewRejected => "renew_rejected",
+            Self::Stall => "stall",
+            Self::Fenced => "fenced",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    NotHeld,
+    Active { epoch: i64, safe_until: Instant },
+    /// The last renewal failed or was ambiguous: no new work is admitted, but nobody else can
+    /// hold the lease before `safe_until` either, so a successful renewal restores `Active`.
+    Uncertain { epoch: i64, safe_until: Instant },
+}
+
+/// What a caller may do with a partition right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Authority {
+    /// Work may start under this epoch and must finish before `safe_until`.
+    Granted { epoch: i64, safe_until: Instant },
+    /// The lease is held but unconfirmed: answer "try again shortly".
+    Uncertain,
+    NotHeld,
+}
+
+impl LeaseState {
+    pub fn on_acquired(timing: &LeaseTiming, t0: Instant, epoch: i64) -> Self {
+        LeaseState::Active {
+            epoch,
+            safe_until: timing.safe_until(t0),
+        }
+    }
+
+    pub fn epoch(&self) -> Option<i64> {
+        match *self {
+            LeaseState::NotHeld => None,
+            LeaseState::Active { epoch, .. } | LeaseState::Uncertain { epoch, .. } => Some(epoch),
+        }
+    }
+
+    /// A renewal sent at `t0` was confirmed by the database.
+    pub fn on_renewed(self, timing: &LeaseTiming, t0: Instant, now: Instant) -> Self {
+        match self {
+            LeaseState::Active { epoch, safe_until } | LeaseState::Uncertain { epoch, safe_until } => {
+                // In-flight work was cancelled at the deadline; a confirmation arriving later
+                // must not revive the lease. Only a fresh acquire (and a new epoch) may.
+                if now >= safe_until {
+                    return LeaseState::NotHeld;
+                }
+                let renewed = timing.safe_until(t0);
+                LeaseState::Active {
+                    epoch,
+                    // Never move the deadline backwards because of a slow, older renewal.
+                    safe_until: renewed.max(safe_until),
+                }
+            }
+            LeaseState::NotHeld => LeaseState::NotHeld,
+        }
+    }
+
+    /// The renewal failed or its outcome is unknown.
+    pub fn on_renew_failed(self) -> Self {
+        match self {
+            LeaseState::Active { epoch, safe_until } => LeaseState::Uncertain { epoch, safe_until },
+            other => other,
+        }
+    }
+
+    /// Re-evaluate against the clock; returns the new state and, if authority was just lost, why.
+    pub fn tick(self, now: Instant) -> (Self, Option<LossCause>) {
+        match self {
+            LeaseState::Active { safe_until, .. } | LeaseState::Uncertain { safe_until, .. }
+                if now >= safe_until =>
+            {
+                (LeaseState::NotHeld, Some(LossCause::Deadline))
+            }
+            other => (other, None),
+        }
+    }
+
+    pub fn authority(&self, now: Instant) -> Authority {
+        match *self {
+            LeaseState::Active { epoch, safe_until } if now < safe_until => Authority::Granted {
+                epoch,
+                safe_until,
+            },
+            LeaseState::Active { .. } | LeaseState::Uncertain { .. } => Authority::Uncertain,
+            LeaseState::NotHeld => Authority::NotHeld,
+        }
+    }
+}
+
+/// Detects process stalls (SIGSTOP, VM pause, long GC-like hiccups) from gaps between ticks that
+/// are supposed to be `period` apart. A gap longer than `period + margin` means the process may
+/// have been frozen past its safe deadline without noticing, so every lease must be dropped.
+#[derive(Debug, Clone, Copy)]
+pub struct StallWatchdog {
+    period: Duration,
+    margin: Duration,
+    last_tick: Instant,
+}
+
+impl StallWatchdog {
+    pub fn new(period: Duration, margin: Duration, now: Instant) -> Self {
+        Self {
+            period,
+            margin,
+            last_tick: now,
+        }
+    }
+
+    /// Record a tick; returns the stall length if the gap exceeded the budget.
+    pub fn observe(&mut self, now: Instant) -> Option<Duration> {
+        let gap = now.saturating_duration_since(self.last_tick);
+        self.last_tick = now;
+        (gap > self.period + self.margin).then_some(gap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+
+    fn timing() -> LeaseTiming {
+        LeaseTiming::new(
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            Duration::from_millis(1500),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn safe_deadline_counts_from_request_send_time() {
+        let clock = ManualClock::new();
+        let t0 = clock.now();
+        // The reply arrives 800 ms later; the deadline must still be measured from t0.
+        clock.advance(Duration::from_millis(800));
+        let state = LeaseState::on_acquired(&timing(), t0, 7);
+        assert_eq!(
+            state,
+            LeaseState::Active {
+                epoch: 7,
+                safe_until: t0 + Duration::from_secs(4)
+            }
+        );
+        assert!(matches!(
+            state.authority(clock.now()),
+            Authority::Granted { epoch: 7, .. }
+        ));
+        clock.advance(Duration::from_millis(3200)); // t0 + 4.0 s exactly
+        assert_eq!(state.authority(clock.now()), Authority::Uncertain);
+        assert_eq!(
+            state.tick(clock.now()),
+            (LeaseState::NotHeld, Some(LossCause::Deadline))
+        );
+    }
+
+    #[test]
+    fn ambiguous_renewal_stops_admission_until_confirmed() {
+        let clock = ManualClock::new();
+        let t = timing();
+        let state = LeaseState::on_acquired(&t, clock.now(), 3);
+        clock.advance(Duration::from_millis(1500));
+        let state = state.on_renew_failed();
+        assert_eq!(state.authority(clock.now()), Authority::Uncertain);
+        assert_eq!(state.tick(clock.now()).1, None, "not lost before the deadline");
+        // A later renewal that the database confirms restores authority with a new deadline.
+        clock.advance(Duration::from_millis(500));
+        let t0 = clock.now();
+        let state = state.on_renewed(&t, t0, clock.now());
+        assert_eq!(
+            state.authority(clock.now()),
+            Authority::Granted {
+                epoch: 3,
+                safe_until: t0 + Duration::from_secs(4)
+            }
+        );
+    }
+
+    #[test]
+    fn failed_renewals_lose_the_lease_at_the_safe_deadline() {
+        let clock = ManualClock::new();
+        let t = timing();
+        let mut state = LeaseState::on_acquired(&t, clock.now(), 9);
+        for _ in 0..2 {
+            clock.advance(t.renew_interval);
+            state = state.on_renew_failed();
+            assert_eq!(state.tick(clock.now()).1, None);
+        }
+        clock.advance(Duration::from_millis(1000)); // 4.0 s after t0
+        assert_eq!(state.tick(clock.now()).1, Some(LossCause::Deadline));
+    }
+
+    #[test]
+    fn late_confirmation_does_not_revive_a_lapsed_lease() {
+        let clock = ManualClock::new();
+        let t = timing();
+        let state = LeaseState::on_acquired(&t, clock.now(), 4);
+        let t0 = clock.now() + Duration::from_millis(1500);
+        clock.advance(Duration::from_secs(6));
+        assert_eq!(state.on_renewed(&t, t0, clock.now()), LeaseState::NotHeld);
+    }
+
+    #[test]
+    fn slow_old_renewal_never_shortens_or_extends_past_its_own_t0() {
+        let clock = ManualClock::new();
+        let t = timing();
+        let start = clock.now();
+        let state = LeaseState::on_acquired(&t, start, 1);
+        clock.advance(Duration::from_millis(1000));
+        // A confirmation for a request sent *before* the acquire must not move the deadline back.
+        let state = state.on_renewed(&t, start - Duration::from_millis(500), clock.now());
+        assert_eq!(state.authority(clock.now()), Authority::Granted { epoch: 1, safe_until: start + Duration::from_secs(4) });
+    }
+
+    #[test]
+    fn pause_longer_than_margin_is_detected() {
+        let clock = ManualClock::new();
+        let mut dog = StallWatchdog::new(Duration::from_millis(100), Duration::from_secs(1), clock.now());
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(dog.observe(clock.now()), None);
+        clock.advance(Duration::from_millis(1050));
+        assert_eq!(dog.observe(clock.now()), None, "within period + margin");
+        clock.advance(Duration::from_millis(2500));
+        assert_eq!(dog.observe(clock.now()), Some(Duration::from_millis(2500)));
+    }
+
+    #[test]
+    fn reacquire_is_a_new_state_with_the_new_epoch() {
+        let clock = ManualClock::new();
+        let t = timing();
+        let state = LeaseState::on_acquired(&t, clock.now(), 5);
+        clock.advance(Duration::from_secs(10));
+        let (state, cause) = state.tick(clock.now());
+        assert_eq!((state, cause), (LeaseState::NotHeld, Some(LossCause::Deadline)));
+        let state = LeaseState::on_acquired(&t, clock.now(), 6);
+        assert_eq!(state.epoch(), Some(6));
+    }
+
+    #[test]
+    fn timing_rejects_unsafe_configuration() {
+        assert!(LeaseTiming::new(Duration::from_secs(1), Duration::from_secs(1), Duration::from_millis(100)).is_err());
+        assert!(LeaseTiming::new(Duration::from_secs(5), Duration::from_secs(1), Duration::from_secs(4)).is_err());
+    }
+}

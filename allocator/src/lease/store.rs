@@ -1,0 +1,177 @@
+//! Lease statements against PostgreSQL: acquire, renew, release, replica heartbeats.
+//!
+//! Every statement is a single conditional `UPDATE … RETURNING` judged by the database clock
+//! (`now()`), so two replicas can never both succeed and no replica compares its own wall clock
+//! with anybody's. Acquire bumps the epoch (`epoch = epoch + 1`) and takes a new assignment
+//! revision; release and takeover take a new revision too.
+
+use std::time::Duration;
+
+use tokio_postgres::GenericClient;
+
+use crate::partition::lease_name;
+
+/// A successful acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    pub partition: u32,
+    pub epoch: i64,
+    pub revision: i64,
+}
+
+fn millis(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+/// Try to take `partition`: succeeds when nobody holds it, the holder's lease expired, or this
+/// replica is the recorded holder (a restart under the same id). Always a new, higher epoch.
+pub async fn acquire<C: GenericClient>(
+    client: &C,
+    partition: u32,
+    replica_id: &str,
+    advertise_url: &str,
+    ttl: Duration,
+) -> Result<Option<Acquired>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "UPDATE leases
+                SET holder_id = $2, holder_url = $3, epoch = epoch + 1,
+                    revision = nextval('assignment_revision'),
+                    acquired_at = now(), renewed_at = now(),
+                    expires_at = now() + $4 * interval '1 millisecond',
+                    transitions = transitions + 1
+              WHERE name = $1
+                AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
+          RETURNING epoch, revision",
+            &[&lease_name(partition), &replica_id, &advertise_url, &millis(ttl)],
+        )
+        .await?;
+    Ok(row.map(|r| Acquired {
+        partition,
+        epoch: r.get(0),
+        revision: r.get(1),
+    }))
+}
+
+/// Renew every given (partition, epoch) still held by this replica and unexpired; returns the
+/// partitions that were renewed. A partition missing from the answer is lost.
+pub async fn renew<C: GenericClient>(
+    client: &C,
+    replica_id: &str,
+    held: &[(u32, i64)],
+    ttl: Duration,
+) -> Result<Vec<u32>, tokio_postgres::Error> {
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<String> = held.iter().map(|(p, _)| lease_name(*p)).collect();
+    let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
+    let rows = client
+        .query(
+            "UPDATE leases AS l
+                SET renewed_at = now(), expires_at = now() + $3 * interval '1 millisecond'
+               FROM unnest($1::text[], $2::bigint[]) AS h(name, epoch)
+              WHERE l.name = h.name AND l.epoch = h.epoch
+                AND l.holder_id = $4 AND l.expires_at > now()
+          RETURNING l.partition",
+            &[&names, &epochs, &millis(ttl), &replica_id],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get::<_, i32>(0) as u32).collect())
+}
+
+/// Give a partition back; conditional on holder and epoch. Returns the new revision, or `None`
+/// when the lease was no longer ours.
+pub async fn release<C: GenericClient>(
+    client: &C,
+    partition: u32,
+    replica_id: &str,
+    epoch: i64,
+) -> Result<Option<i64>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "UPDATE leases
+                SET holder_id = NULL, holder_url = NULL, expires_at = now(),
+                    revision = nextval('assignment_revision'), transitions = transitions + 1
+              WHERE name = $1 AND holder_id = $2 AND epoch = $3
+          RETURNING revision",
+            &[&lease_name(partition), &replica_id, &epoch],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// What one campaign round learns from the database in a single round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CampaignView {
+    pub live_replicas: u32,
+    pub partition_count: u32,
+    /// Partitions nobody holds right now (unheld or expired), by the database clock.
+    pub free: Vec<u32>,
+}
+
+/// Record this replica's heartbeat and read what a campaign needs.
+pub async fn heartbeat_and_view<C: GenericClient>(
+    client: &C,
+    replica_id: &str,
+    advertise_url: &str,
+    ttl: Duration,
+) -> Result<CampaignView, tokio_postgres::Error> {
+    client
+        .execute(
+            "INSERT INTO replicas (replica_id, advertise_url, heartbeat_at, expires_at)
+             VALUES ($1, $2, now(), now() + $3 * interval '1 millisecond')
+             ON CONFLICT (replica_id) DO UPDATE
+                SET advertise_url = EXCLUDED.advertise_url,
+                    heartbeat_at = EXCLUDED.heartbeat_at, expires_at = EXCLUDED.expires_at",
+            &[&replica_id, &advertise_url, &millis(ttl)],
+        )
+        .await?;
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM replicas WHERE expires_at > now()),
+                    (SELECT partition_count FROM cluster_settings),
+                    (SELECT coalesce(array_agg(partition ORDER BY partition), '{}')
+                       FROM leases
+                      WHERE partition IS NOT NULL
+                        AND (holder_id IS NULL OR expires_at <= now()))",
+            &[],
+        )
+        .await?;
+    let free: Vec<i32> = row.get(2);
+    Ok(CampaignView {
+        live_replicas: row.get::<_, i64>(0).max(1) as u32,
+        partition_count: row.get::<_, i32>(1) as u32,
+        free: free.into_iter().map(|p| p as u32).collect(),
+    })
+}
+
+/// Remove this replica's heartbeat so the others rebalance at once after a graceful stop.
+pub async fn deregister<C: GenericClient>(
+    client: &C,
+    replica_id: &str,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute("DELETE FROM replicas WHERE replica_id = $1", &[&replica_id])
+        .await?;
+    Ok(())
+}
+
+/// How many partitions a replica should hold: `ceil(P / live replicas)`.
+pub fn fair_share(partition_count: u32, live_replicas: u32) -> u32 {
+    partition_count.div_ceil(live_replicas.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fair_share;
+
+    #[test]
+    fn fair_share_rounds_up() {
+        assert_eq!(fair_share(64, 3), 22);
+        assert_eq!(fair_share(64, 1), 64);
+        assert_eq!(fair_share(64, 64), 1);
+        assert_eq!(fair_share(16, 0), 16);
+        assert_eq!(fair_share(2, 3), 1);
+    }
+}

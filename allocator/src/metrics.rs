@@ -1,0 +1,66 @@
+//! Every metric the allocator exports: names, labels and histogram buckets live here only.
+//! The names are a contract with `ops/prometheus/alerts.yml` and the Grafana dashboard.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const LEASES_HELD: &str = "allocator_leases_held";
+pub const LEASE_REMAINING_SECONDS: &str = "allocator_lease_remaining_seconds";
+pub const LEASE_ACQUISITIONS: &str = "allocator_lease_acquisitions_total";
+pub const LEASE_RENEW_FAILURES: &str = "allocator_lease_renew_failures_total";
+pub const LEASE_LOSSES: &str = "allocator_lease_losses_total";
+pub const LEASE_RELEASES: &str = "allocator_lease_releases_total";
+pub const PARTITION_EPOCH: &str = "allocator_partition_epoch";
+pub const STALE_EPOCH_REJECTIONS: &str = "allocator_stale_epoch_rejections_total";
+pub const RESERVATION_OUTCOMES: &str = "allocator_reservation_outcomes_total";
+pub const HTTP_REQUEST_DURATION: &str = "allocator_http_request_duration_seconds";
+pub const BATCH_SIZE: &str = "allocator_batch_size";
+pub const DB_TRANSACTION_DURATION: &str = "allocator_db_transaction_duration_seconds";
+pub const EXPIRED_HOLDS: &str = "allocator_expired_holds_total";
+pub const LIVE_REPLICAS: &str = "allocator_live_replicas";
+pub const PROCESS_STALLS: &str = "allocator_process_stalls_total";
+pub const QUEUE_REJECTIONS: &str = "allocator_queue_rejections_total";
+pub const MISDIRECTED_REQUESTS: &str = "allocator_misdirected_requests_total";
+pub const STALE_ROUTER_REQUESTS: &str = "allocator_stale_router_requests_total";
+pub const HINTS_PUBLISHED: &str = "allocator_hints_published_total";
+
+/// Latency buckets (seconds) for HTTP requests and database transactions: sub-millisecond to the
+/// request deadline.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+];
+/// Batch sizes: 1 (no batching) up to the default maximum of 64.
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Install the process-wide recorder once (tests build several applications in one process) and
+/// return the handle `/metrics` renders from.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(HTTP_REQUEST_DURATION.to_owned()),
+                    LATENCY_BUCKETS,
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(DB_TRANSACTION_DURATION.to_owned()),
+                        LATENCY_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.to_owned()), BATCH_BUCKETS)
+                })
+                .expect("static, non-empty bucket lists");
+            match builder.install_recorder() {
+                Ok(handle) => handle,
+                // Another recorder (e.g. the router's, in a shared test process) is installed;
+                // keep a private one so rendering still works.
+                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            }
+        })
+        .clone()
+}

@@ -1,0 +1,602 @@
+//! A private, throw-away PostgreSQL server per test.
+//!
+//! The allocator's correctness rests on what PostgreSQL does under failure: leases and fencing
+//! tokens must stay safe when the database stalls, crashes or restarts. Tests therefore need a
+//! real server they can freeze, kill and restart, and it must not be the shared instance on port
+//! 5432 (other tests and engineers use it, and faults injected there would leak between tests).
+//! [`PgServer`] runs `initdb` into a temporary directory and starts a postmaster on a free port,
+//! tuned for speed rather than durability (`fsync=off` etc.), since test data is disposable.
+//!
+//! `initdb` and `postgres` refuse to run as root. When the test runs as root the server is run as
+//! the `postgres` system user and the temporary directory is handed over to that user; otherwise
+//! it runs as the current user.
+//!
+//! PostgreSQL forks one backend process per connection, so the fault methods act on the whole
+//! process tree (found through `/proc`): freezing only the postmaster would leave established
+//! connections working, which is not what a stalled database host looks like.
+//!
+//! Cleanup happens in `Drop`, which also runs while a failing test unwinds. If the test process
+//! is killed outright no destructor runs; the server then shares the test's process group, so an
+//! interactive Ctrl-C still shuts it down. Do not keep a `PgServer` in a `static`: statics are
+//! never dropped.
+
+use std::fs::OpenOptions;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use nix::sys::signal::Signal;
+use nix::unistd::{Gid, Uid, User};
+use tempfile::TempDir;
+use tokio_postgres::NoTls;
+
+use super::process::free_port;
+use super::procfs::{self, ProcId};
+
+/// How long a (re)started server may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a fast shutdown (`stop`) may take before the harness falls back to `SIGKILL`.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `Drop` waits for an immediate shutdown (`SIGQUIT`) before using `SIGKILL`.
+const DROP_QUIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many fresh ports `start` tries when the chosen one was taken in the meantime.
+const PORT_ATTEMPTS: usize = 5;
+/// Log lines included in error messages.
+const LOG_TAIL_LINES: usize = 40;
+
+/// A PostgreSQL server owned by one test.
+///
+/// Dropping it kills the server (all processes) and deletes its data directory.
+#[derive(Debug)]
+pub struct PgServer {
+    /// TCP port on 127.0.0.1. Fixed for the server's lifetime so that `restart` brings the
+    /// database back at the address the services under test were configured with.
+    port: u16,
+    /// Directory holding `initdb` and `postgres` (highest installed version or
+    /// `ALLOCATOR_PG_BIN`).
+    bin_dir: PathBuf,
+    /// uid/gid to run the server as; `Some` only when the test runs as root, because PostgreSQL
+    /// refuses to run as root.
+    run_as: Option<(Uid, Gid)>,
+    /// The cluster's data directory, kept across `stop`/`restart` so data survives a restart
+    /// exactly as it would in production.
+    data_dir: PathBuf,
+    /// Private directory for the Unix-domain socket and its lock file, so we never collide with
+    /// the system server's sockets in `/var/run/postgresql`.
+    socket_dir: PathBuf,
+    /// Server log (stdout+stderr, appended across restarts); its tail is put into errors.
+    log_path: PathBuf,
+    /// The running postmaster; `None` after `stop`/`kill`. Owning the `Child` lets us reap it and
+    /// know for sure whether it is still running.
+    postmaster: Option<Child>,
+    /// Identity (pid + start time) of the running postmaster, used to signal it and to walk its
+    /// process tree from `&self` methods without touching the `Child`.
+    postmaster_id: Option<ProcId>,
+    /// Pid of the most recently started postmaster, reported by [`PgServer::pid`].
+    last_pid: u32,
+    /// Whether the tree is currently frozen; every shutdown path resumes it first because a
+    /// stopped process cannot act on a shutdown signal.
+    paused: AtomicBool,
+    /// Owns the temporary directory. Declared last so it is removed only after `Drop::drop` has
+    /// killed the server.
+    tmp: TempDir,
+}
+
+impl PgServer {
+    /// Creates a fresh cluster in a temporary directory and starts it on a free port, returning
+    /// once it accepts connections (at most 30 s; the error includes the server log tail).
+    pub async fn start() -> Result<PgServer> {
+        let bin_dir = pg_bin_dir()?;
+        let run_as = server_user()?;
+        let tmp = tempfile::Builder::new()
+            .prefix("allocator-pg-")
+            .tempdir()
+            .context("creating temporary directory for PostgreSQL")?;
+        let data_dir = tmp.path().join("data");
+        let socket_dir = tmp.path().join("sock");
+        std::fs::create_dir(&socket_dir).context("creating socket directory")?;
+        if let Some((uid, gid)) = run_as {
+            for dir in [tmp.path(), socket_dir.as_path()] {
+                std::os::unix::fs::chown(dir, Some(uid.as_raw()), Some(gid.as_raw()))
+                    .with_context(|| format!("chown {} to postgres", dir.display()))?;
+            }
+        }
+        let mut server = PgServer {
+            port: 0,
+            bin_dir,
+            run_as,
+            data_dir,
+            socket_dir,
+            log_path: tmp.path().join("postgres.log"),
+            postmaster: None,
+            postmaster_id: None,
+            last_pid: 0,
+            paused: AtomicBool::new(false),
+            tmp,
+        };
+        server.initdb().await?;
+
+        let mut last_err = None;
+        for _ in 0..PORT_ATTEMPTS {
+            server.port = free_port();
+            match server.launch().await {
+                Ok(()) => return Ok(server),
+                Err(LaunchError::PortInUse(e)) => last_err = Some(e),
+                Err(LaunchError::Other(e)) => return Err(e),
+            }
+        }
+        Err(last_err
+            .unwrap_or_else(|| anyhow!("no port attempts made"))
+            .context(format!("no free port found after {PORT_ATTEMPTS} attempts")))
+    }
+
+    /// Connection URL of the default `postgres` database (superuser `postgres`, no password).
+    pub fn url(&self) -> String {
+        self.url_for("postgres")
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Pid of the most recently started postmaster. After `stop`/`kill` it no longer names a
+    /// running process, so only signal it while the server is up.
+    pub fn pid(&self) -> u32 {
+        self.last_pid
+    }
+
+    /// Whether a postmaster started by this harness is currently running (it may be paused).
+    pub fn is_running(&self) -> bool {
+        self.postmaster_id.as_ref().is_some_and(procfs::is_alive)
+    }
+
+    /// Whether [`PgServer::pause`] froze the server and it has not been resumed since.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// The data directory, e.g. to inspect files after a crash.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The last `n_lines` lines of the server log.
+    pub fn log_tail(&self, n_lines: usize) -> String {
+        procfs::tail_file(&self.log_path, n_lines)
+    }
+
+    /// Creates database `name` and returns its connection URL. Giving each test (or each service
+    /// instance) its own database keeps schemas and data isolated on a shared server.
+    pub async fn create_database(&self, name: &str) -> Result<String> {
+        let client = self.connect_url(&self.url()).await?;
+        client
+            .batch_execute(&format!("CREATE DATABASE {}", quote_ident(name)))
+            .await
+            .with_context(|| format!("creating database {name:?}"))?;
+        Ok(self.url_for(name))
+    }
+
+    /// A client connected to the default database, with its connection driven by a spawned
+    /// tokio task (so it must be called inside a tokio runtime).
+    pub async fn client(&self) -> Result<tokio_postgres::Client> {
+        self.connect_url(&self.url()).await
+    }
+
+    /// A client for an arbitrary URL (e.g. one returned by [`PgServer::create_database`]),
+    /// driven by a spawned tokio task. Times out after 10 s so a paused server fails the test
+    /// instead of hanging it.
+    pub async fn connect_url(&self, url: &str) -> Result<tokio_postgres::Client> {
+        let (client, connection) =
+            tokio::time::timeout(Duration::from_secs(10), tokio_postgres::connect(url, NoTls))
+                .await
+                .map_err(|_| anyhow!("connecting to {url} timed out"))?
+                .with_context(|| format!("connecting to {url}"))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "testkit postgres connection ended");
+            }
+        });
+        Ok(client)
+    }
+
+    /// Freezes the postmaster and every backend (`SIGSTOP`): TCP connections stay open and new
+    /// connects complete at the kernel level, but nothing is answered — the database "hangs".
+    pub fn pause(&self) -> Result<()> {
+        let pm = self.running_id()?;
+        procfs::freeze_tree(&pm);
+        self.paused.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Undoes [`PgServer::pause`] (`SIGCONT` to the postmaster and all its descendants).
+    pub fn resume(&self) -> Result<()> {
+        let pm = self.running_id()?;
+        self.continue_tree(&pm);
+        Ok(())
+    }
+
+    /// Fast shutdown (`SIGINT`): the server terminates sessions, checkpoints and exits, like an
+    /// orderly `pg_ctl stop -m fast`. Waits for the exit (falling back to `SIGKILL` after 30 s,
+    /// which is reported as an error). A no-op if the server is not running.
+    pub async fn stop(&mut self) -> Result<()> {
+        let (Some(mut child), Some(pm)) = (self.postmaster.take(), self.postmaster_id.take())
+        else {
+            return Ok(());
+        };
+        self.continue_tree(&pm);
+        let before = procfs::descendants(pm.pid);
+        procfs::signal(&pm, Signal::SIGINT);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if child.try_wait()?.is_some() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                procfs::kill_tree(&pm, &mut child);
+                bail!(
+                    "PostgreSQL (pid {}) ignored fast shutdown for {STOP_TIMEOUT:?} and was \
+                     killed; log tail:\n{}",
+                    pm.pid,
+                    self.log_tail(LOG_TAIL_LINES)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The postmaster waits for its children in a fast shutdown; this only double-checks.
+        if !procfs::wait_gone_async(&before, Duration::from_secs(5)).await {
+            for p in &before {
+                procfs::signal(p, Signal::SIGKILL);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the server again on the same port and data directory and waits until it accepts
+    /// connections. A running server is stopped (fast shutdown) first. After [`PgServer::kill`]
+    /// this performs crash recovery, as a real restart after a crash would.
+    ///
+    /// The port is not reserved while the server is down; if another process grabbed it in the
+    /// meantime (unlikely with ephemeral ports) the restart fails with the log showing why.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.stop().await?;
+        self.launch().await.map_err(LaunchError::into_inner)
+    }
+
+    /// Crashes the server: `SIGKILL` to the postmaster and to all its backends, like the host
+    /// losing power or the OOM killer taking the database down.
+    ///
+    /// The backends are killed too because an orphaned backend keeps serving its connection and
+    /// keeps the shared memory attached, which would make the server refuse to `restart`.
+    /// Connected clients see their connections reset. A no-op if the server is not running.
+    pub fn kill(&mut self) -> Result<()> {
+        let (Some(mut child), Some(pm)) = (self.postmaster.take(), self.postmaster_id.take())
+        else {
+            return Ok(());
+        };
+        procfs::kill_tree(&pm, &mut child);
+        self.paused.store(false, Ordering::SeqCst);
+        // The pid and socket lock files are stale now. PostgreSQL would normally detect that by
+        // probing the recorded pid, but that probe is fooled if the pid got reused; we know for
+        // certain the server is dead, so remove them.
+        let _ = std::fs::remove_file(self.data_dir.join("postmaster.pid"));
+        let _ = std::fs::remove_file(self.socket_dir.join(format!(".s.PGSQL.{}", self.port)));
+        let _ = std::fs::remove_file(self.socket_dir.join(format!(".s.PGSQL.{}.lock", self.port)));
+        Ok(())
+    }
+
+    fn url_for(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{}",
+            self.port,
+            percent_encode(db)
+        )
+    }
+
+    fn running_id(&self) -> Result<ProcId> {
+        self.postmaster_id
+            .filter(procfs::is_alive)
+            .ok_or_else(|| anyhow!("PostgreSQL on port {} is not running", self.port))
+    }
+
+    /// Sends `SIGCONT` to the whole tree, children first so that the postmaster does not wake up
+    /// to find (and react to) still-frozen children.
+    fn continue_tree(&self, pm: &ProcId) {
+        for p in procfs::descendants(pm.pid) {
+            procfs::signal(&p, Signal::SIGCONT);
+        }
+        procfs::signal(pm, Signal::SIGCONT);
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Applies the server user (if we are root) and a working directory that user can access.
+    fn prepare_std(&self, cmd: &mut Command) {
+        cmd.current_dir(self.tmp.path());
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid.as_raw()).gid(gid.as_raw());
+        }
+    }
+
+    async fn initdb(&self) -> Result<()> {
+        let initdb = self.bin_dir.join("initdb");
+        let mut cmd = tokio::process::Command::new(&initdb);
+        cmd.arg("-D")
+            .arg(&self.data_dir)
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .current_dir(self.tmp.path())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid.as_raw()).gid(gid.as_raw());
+        }
+        let out = cmd
+            .output()
+            .await
+            .with_context(|| format!("running {}", initdb.display()))?;
+        if !out.status.success() {
+            bail!(
+                "{} failed with {}:\n{}{}",
+                initdb.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// Spawns the postmaster on `self.port` and waits until it accepts connections.
+    async fn launch(&mut self) -> Result<(), LaunchError> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .context("opening PostgreSQL log")?;
+        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+        let postgres = self.bin_dir.join("postgres");
+        let mut cmd = Command::new(&postgres);
+        cmd.arg("-D")
+            .arg(&self.data_dir)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-k")
+            .arg(&self.socket_dir)
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=300",
+                "-c",
+                "shared_buffers=64MB",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("duplicating log handle")?)
+            .stderr(log);
+        self.prepare_std(&mut cmd);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("spawning {}", postgres.display()))?;
+        let pid = child.id();
+        self.last_pid = pid;
+        self.postmaster_id = procfs::proc_id(pid as i32);
+        self.postmaster = Some(child);
+        self.paused.store(false, Ordering::SeqCst);
+
+        let url = self.url();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let child = self.postmaster.as_mut().expect("just spawned");
+            if let Some(status) = child.try_wait().context("polling postmaster")? {
+                self.postmaster = None;
+                self.postmaster_id = None;
+                let new_log = read_from(&self.log_path, log_start);
+                let err = anyhow!(
+                    "PostgreSQL on port {} exited during startup with {status}; log:\n{}",
+                    self.port,
+                    new_log
+                );
+                return Err(if new_log.contains("Address already in use") {
+                    LaunchError::PortInUse(err)
+                } else {
+                    LaunchError::Other(err)
+                });
+            }
+            let last_err = match tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio_postgres::connect(&url, NoTls),
+            )
+            .await
+            {
+                Ok(Ok((client, connection))) => {
+                    // Dropping the client makes the connection send Terminate and finish.
+                    drop(client);
+                    let _ = tokio::time::timeout(Duration::from_secs(2), connection).await;
+                    if self.postmaster_id.is_none() {
+                        self.postmaster_id = procfs::proc_id(pid as i32);
+                    }
+                    return Ok(());
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "connection attempt timed out".to_string(),
+            };
+            if Instant::now() >= deadline {
+                let tail = self.log_tail(LOG_TAIL_LINES);
+                if let (Some(mut child), Some(pm)) =
+                    (self.postmaster.take(), self.postmaster_id.take())
+                {
+                    procfs::kill_tree(&pm, &mut child);
+                }
+                return Err(LaunchError::Other(anyhow!(
+                    "PostgreSQL on port {} not ready within {READY_TIMEOUT:?} (last error: \
+                     {last_err}); log tail:\n{tail}",
+                    self.port
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let Some(mut child) = self.postmaster.take() else {
+            return;
+        };
+        let Some(pm) = self.postmaster_id.take() else {
+            // Could not identify the process (it died instantly); just make sure it is reaped.
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        };
+        // Immediate shutdown: the postmaster SIGQUITs its children and exits without a
+        // checkpoint; a frozen tree must be thawed first or it would never react.
+        let before = procfs::descendants(pm.pid);
+        for p in &before {
+            procfs::signal(p, Signal::SIGCONT);
+        }
+        procfs::signal(&pm, Signal::SIGCONT);
+        procfs::signal(&pm, Signal::SIGQUIT);
+        let deadline = Instant::now() + DROP_QUIT_TIMEOUT;
+        let exited = loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break true,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => break false,
+            }
+        };
+        if !exited {
+            procfs::kill_tree(&pm, &mut child);
+        }
+        // Anything that escaped (e.g. re-parented before the postmaster could reap it).
+        for p in &before {
+            procfs::signal(p, Signal::SIGKILL);
+        }
+        procfs::wait_gone(&before, Duration::from_secs(5));
+    }
+}
+
+/// Why a launch failed: a taken port is retried with another port by `start`.
+enum LaunchError {
+    /// The postmaster could not bind its port (someone took it after `free_port`).
+    PortInUse(anyhow::Error),
+    /// Anything else; not retried.
+    Other(anyhow::Error),
+}
+
+impl LaunchError {
+    fn into_inner(self) -> anyhow::Error {
+        match self {
+            LaunchError::PortInUse(e) | LaunchError::Other(e) => e,
+        }
+    }
+}
+
+impl From<anyhow::Error> for LaunchError {
+    fn from(e: anyhow::Error) -> Self {
+        LaunchError::Other(e)
+    }
+}
+
+/// The PostgreSQL binary directory: `$ALLOCATOR_PG_BIN`, else the highest version under
+/// `/usr/lib/postgresql/<version>/bin` (Debian's layout allows several side by side).
+fn pg_bin_dir() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("ALLOCATOR_PG_BIN") {
+        let dir = PathBuf::from(dir);
+        if !dir.join("postgres").is_file() || !dir.join("initdb").is_file() {
+            bail!(
+                "ALLOCATOR_PG_BIN={} does not contain postgres and initdb",
+                dir.display()
+            );
+        }
+        return Ok(dir);
+    }
+    let root = Path::new("/usr/lib/postgresql");
+    let mut best: Option<(Vec<u32>, PathBuf)> = None;
+    for entry in std::fs::read_dir(root).with_context(|| {
+        format!(
+            "listing {} (install PostgreSQL or set ALLOCATOR_PG_BIN)",
+            root.display()
+        )
+    })? {
+        let entry = entry?;
+        let Some(version) = entry.file_name().to_str().and_then(|n| {
+            n.split('.')
+                .map(|p| p.parse::<u32>().ok())
+                .collect::<Option<Vec<u32>>>()
+        }) else {
+            continue;
+        };
+        let bin = entry.path().join("bin");
+        if bin.join("postgres").is_file()
+            && bin.join("initdb").is_file()
+            && best.as_ref().is_none_or(|(v, _)| version > *v)
+        {
+            best = Some((version, bin));
+        }
+    }
+    best.map(|(_, bin)| bin).ok_or_else(|| {
+        anyhow!(
+            "no PostgreSQL under {}/<version>/bin; set ALLOCATOR_PG_BIN",
+            root.display()
+        )
+    })
+}
+
+/// The user to run the server as: `postgres` when we are root, else ourselves (`None`).
+fn server_user() -> Result<Option<(Uid, Gid)>> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let user = User::from_name("postgres")
+        .context("looking up the postgres user")?
+        .ok_or_else(|| {
+            anyhow!("running as root but there is no `postgres` user to run PostgreSQL as")
+        })?;
+    Ok(Some((user.uid, user.gid)))
+}
+
+/// Quotes an SQL identifier (database names may need it, e.g. with dashes).
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters, for the URL path.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The part of a file written after byte `offset` (this launch's share of the log).
+fn read_from(path: &Path, offset: u64) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(bytes.get(offset as usize..).unwrap_or(&[])).into(),
+        Err(e) => format!("<could not read {}: {e}>", path.display()),
+    }
+}

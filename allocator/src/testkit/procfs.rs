@@ -1,0 +1,204 @@
+//! Minimal `/proc` process-table helpers shared by the server harnesses.
+//!
+//! PostgreSQL is a multi-process server: the postmaster forks one backend per client connection
+//! plus a handful of auxiliary processes. Freezing or killing only the postmaster does not model a
+//! stalled or crashed database host, because the backends keep serving their existing
+//! connections. The harness therefore needs the set of the postmaster's descendants, which Linux
+//! exposes through the parent-pid field of `/proc/<pid>/stat`.
+//!
+//! Every process is identified by its pid *and* its start time. A process we signal late (for
+//! example a backend that was re-parented to init after its postmaster died) might have exited
+//! and had its pid reused; checking the start time before signalling makes sure the harness never
+//! hits an unrelated process on the machine.
+
+use std::collections::HashMap;
+use std::fs;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+
+/// One process, identified robustly against pid reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcId {
+    /// The kernel pid, used to address signals.
+    pub pid: i32,
+    /// `starttime` from `/proc/<pid>/stat` (clock ticks after boot); together with the pid it
+    /// uniquely names a process for the lifetime of the machine, so a recycled pid is detected.
+    pub start_time: u64,
+}
+
+/// The fields of `/proc/<pid>/stat` the harness needs.
+#[derive(Debug, Clone, Copy)]
+struct Stat {
+    /// Single-letter state; `Z` (zombie) and `X` (dead) mean the process no longer runs code.
+    state: char,
+    /// Parent pid, used to walk the process tree downwards.
+    ppid: i32,
+    /// Start time, see [`ProcId::start_time`].
+    start_time: u64,
+}
+
+/// Parses `/proc/<pid>/stat`. The command name (field 2) is wrapped in parentheses and may itself
+/// contain spaces or parentheses, so parsing starts after the *last* `)`.
+fn read_stat(pid: i32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); starttime is field 22.
+    let state = fields.first()?.chars().next()?;
+    let ppid = fields.get(1)?.parse().ok()?;
+    let start_time = fields.get(19)?.parse().ok()?;
+    Some(Stat {
+        state,
+        ppid,
+        start_time,
+    })
+}
+
+/// Identifies the live process `pid`, if it exists.
+pub(crate) fn proc_id(pid: i32) -> Option<ProcId> {
+    read_stat(pid).map(|s| ProcId {
+        pid,
+        start_time: s.start_time,
+    })
+}
+
+/// All (transitive) descendants of `root`, excluding `root` itself; every process is listed
+/// before its own children.
+pub(crate) fn descendants(root: i32) -> Vec<ProcId> {
+    let mut children: HashMap<i32, Vec<ProcId>> = HashMap::new();
+    if let Ok(entries) = fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if let Some(stat) = read_stat(pid) {
+                children.entry(stat.ppid).or_default().push(ProcId {
+                    pid,
+                    start_time: stat.start_time,
+                });
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut queue = vec![root];
+    while let Some(parent) = queue.pop() {
+        for child in children.remove(&parent).unwrap_or_default() {
+            queue.push(child.pid);
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// True while the process still exists and is not a zombie.
+pub(crate) fn is_alive(p: &ProcId) -> bool {
+    matches!(read_stat(p.pid), Some(s) if s.start_time == p.start_time && s.state != 'Z' && s.state != 'X')
+}
+
+/// The single-letter scheduler state of `p` (`T` = stopped), or `None` once it is gone or its
+/// pid was reused.
+pub(crate) fn state(p: &ProcId) -> Option<char> {
+    read_stat(p.pid)
+        .filter(|s| s.start_time == p.start_time)
+        .map(|s| s.state)
+}
+
+/// Freezes `root` and then all of its descendants with `SIGSTOP`, returning the descendants.
+///
+/// The root is stopped first and confirmed stopped so that it cannot fork new children while the
+/// tree is being walked; the walk is repeated until it finds nothing new, which catches a child
+/// forked just before the stop took effect.
+pub(crate) fn freeze_tree(root: &ProcId) -> Vec<ProcId> {
+    signal(root, Signal::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while matches!(state(root), Some(s) if s != 'T' && s != 't' && s != 'Z')
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut frozen: Vec<ProcId> = Vec::new();
+    loop {
+        let new: Vec<ProcId> = descendants(root.pid)
+            .into_iter()
+            .filter(|p| !frozen.contains(p))
+            .collect();
+        if new.is_empty() {
+            return frozen;
+        }
+        for p in &new {
+            signal(p, Signal::SIGSTOP);
+        }
+        frozen.extend(new);
+    }
+}
+
+/// Sends `sig` to `p` unless it has exited or its pid now belongs to another process.
+/// Errors (typically "no such process" because it just exited) are ignored: callers signal whole
+/// process sets where members may legitimately disappear concurrently.
+pub(crate) fn signal(p: &ProcId, sig: Signal) {
+    if matches!(read_stat(p.pid), Some(s) if s.start_time == p.start_time) {
+        let _ = signal::kill(Pid::from_raw(p.pid), sig);
+    }
+}
+
+/// Waits (blocking, polling) until none of `procs` is alive or `timeout` elapses. Returns true if
+/// all are gone. Used where the harness cannot `wait()` on a process because it is not its
+/// parent (re-parented backends).
+pub(crate) fn wait_gone(procs: &[ProcId], timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !procs.iter().any(is_alive) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Async variant of [`wait_gone`] that does not block a runtime worker thread.
+pub(crate) async fn wait_gone_async(procs: &[ProcId], timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !procs.iter().any(is_alive) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The last `n` lines of a (log) file, for error messages. Missing files yield a placeholder
+/// instead of an error because this is only ever used to enrich another error.
+pub(crate) fn tail_file(path: &std::path::Path, n: usize) -> String {
+    match fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("<could not read {}: {e}>", path.display()),
+    }
+}
+
+/// `SIGKILL`s `root` and all its descendants, reaps `root` and waits until the descendants (which
+/// we cannot reap, they get re-parented) are gone, so that e.g. PostgreSQL's shared memory is
+/// released before a restart. The tree is frozen first so nothing forks while it is killed.
+pub(crate) fn kill_tree(root: &ProcId, child: &mut std::process::Child) {
+    let tree = freeze_tree(root);
+    signal(root, Signal::SIGKILL);
+    for p in &tree {
+        signal(p, Signal::SIGKILL);
+    }
+    let _ = child.wait();
+    wait_gone(&tree, Duration::from_secs(5));
+}

@@ -1,0 +1,236 @@
+//! Wire types shared by the allocator, the router and the load generator.
+//!
+//! Request bodies reject unknown fields so that a misspelt field (`quantiy`) is a 400, not a
+//! silently ignored default.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Set on a `200` that replays an earlier outcome of the same reservation or adjustment id.
+pub const HEADER_REPLAYED: &str = "Idempotent-Replayed";
+/// The assignment revision the router routed by; lets an allocator tell a stale router apart.
+pub const HEADER_ASSIGNMENT_REVISION: &str = "X-Assignment-Revision";
+/// The epoch the router expects the owner to hold for the target partition.
+pub const HEADER_EXPECTED_EPOCH: &str = "X-Expected-Epoch";
+/// Set by the allocator on every answer about a partition: the epoch it served under.
+pub const HEADER_EPOCH: &str = "X-Partition-Epoch";
+
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+/// Bounds on request fields, documented in the README and the OpenAPI document.
+pub mod limits {
+    pub const SKU_MAX_LEN: usize = 64;
+    pub const ID_MAX_LEN: usize = 255;
+    pub const QUANTITY_MAX: i64 = 1_000_000;
+    pub const ADJUSTMENT_DELTA_MAX: i64 = 1_000_000_000;
+    pub const TTL_SECONDS_MIN: u32 = 1;
+    pub const TTL_SECONDS_MAX: u32 = 86_400;
+    pub const TTL_SECONDS_DEFAULT: u32 = 900;
+    pub const ORDER_LINES_MAX: usize = 100;
+    pub const BODY_MAX_BYTES: usize = 64 * 1024;
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveRequest {
+    pub reservation_id: String,
+    pub sku: String,
+    pub quantity: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ReservationStatus {
+    Held,
+    Confirmed,
+    Released,
+    Expired,
+}
+
+impl ReservationStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Held => "held",
+            Self::Confirmed => "confirmed",
+            Self::Released => "released",
+            Self::Expired => "expired",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Reservation {
+    pub reservation_id: String,
+    pub status: ReservationStatus,
+    pub sku: String,
+    pub quantity: i64,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub partition: u32,
+    pub epoch: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Inventory {
+    pub sku: String,
+    pub partition: u32,
+    pub on_hand: i64,
+    pub available: i64,
+    pub held: i64,
+    pub confirmed: i64,
+    pub epoch: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AdjustmentRequest {
+    pub adjustment_id: String,
+    pub delta: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Adjustment {
+    pub adjustment_id: String,
+    pub sku: String,
+    pub delta: i64,
+    pub on_hand: i64,
+    pub available: i64,
+    pub partition: u32,
+    pub epoch: i64,
+}
+
+/// One entry of `GET /v1/partitions`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PartitionAssignment {
+    pub partition: u32,
+    pub owner_id: Option<String>,
+    pub owner_url: Option<String>,
+    pub epoch: i64,
+    pub revision: i64,
+    /// Lease time left by the database clock, in milliseconds; `None` when unowned or expired.
+    pub lease_remaining_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PartitionMap {
+    pub partition_count: u32,
+    /// Highest revision in the map; routers compare it with hints.
+    pub revision: i64,
+    pub partitions: Vec<PartitionAssignment>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OrderLine {
+    pub sku: String,
+    pub quantity: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OrderRequest {
+    pub lines: Vec<OrderLine>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u32>,
+}
+
+/// RFC 9457 problem details. `kind` is serialised as `type`; the optional members carry what a
+/// client needs to act (the owner to go to, the stock that was available, the current state).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_status: Option<ReservationStatus>,
+    /// Router only: `true` when the outcome of a forwarded request is unknown and the client must
+    /// retry with the same id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome_unknown: Option<bool>,
+}
+
+/// Problem type URIs; stable, documented in the README.
+pub mod problem_type {
+    pub const INVALID_REQUEST: &str = "urn:allocator:problem:invalid-request";
+    pub const INSUFFICIENT_STOCK: &str = "urn:allocator:problem:insufficient-stock";
+    pub const IDEMPOTENCY_MISMATCH: &str = "urn:allocator:problem:idempotency-mismatch";
+    pub const INVALID_STATE: &str = "urn:allocator:problem:invalid-state";
+    pub const NOT_FOUND: &str = "urn:allocator:problem:not-found";
+    pub const NOT_OWNER: &str = "urn:allocator:problem:not-owner";
+    pub const PARTITION_UNAVAILABLE: &str = "urn:allocator:problem:partition-unavailable";
+    pub const SHRINK_BELOW_HELD: &str = "urn:allocator:problem:shrink-below-held";
+    pub const STORAGE_UNAVAILABLE: &str = "urn:allocator:problem:storage-unavailable";
+    pub const UPSTREAM_UNAVAILABLE: &str = "urn:allocator:problem:upstream-unavailable";
+    pub const ORDER_FAILED: &str = "urn:allocator:problem:order-failed";
+    pub const INTERNAL: &str = "urn:allocator:problem:internal";
+}
+
+/// Validation shared by allocator and router so both refuse the same input with the same words.
+pub mod validate {
+    use super::limits::*;
+
+    pub fn sku(sku: &str) -> Result<(), String> {
+        if sku.is_empty() || sku.len() > SKU_MAX_LEN {
+            return Err(format!("sku must be 1..={SKU_MAX_LEN} characters"));
+        }
+        if !sku
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        {
+            return Err("sku may contain only A-Z a-z 0-9 . _ : -".to_owned());
+        }
+        Ok(())
+    }
+
+    pub fn id(field: &str, id: &str) -> Result<(), String> {
+        if id.is_empty() || id.len() > ID_MAX_LEN {
+            return Err(format!("{field} must be 1..={ID_MAX_LEN} bytes"));
+        }
+        if id.chars().any(|c| c.is_control()) {
+            return Err(format!("{field} may not contain control characters"));
+        }
+        Ok(())
+    }
+
+    pub fn quantity(quantity: i64) -> Result<(), String> {
+        if !(1..=QUANTITY_MAX).contains(&quantity) {
+            return Err(format!("quantity must be between 1 and {QUANTITY_MAX}"));
+        }
+        Ok(())
+    }
+
+    pub fn ttl_seconds(ttl: Option<u32>) -> Result<u32, String> {
+        let ttl = ttl.unwrap_or(TTL_SECONDS_DEFAULT);
+        if !(TTL_SECONDS_MIN..=TTL_SECONDS_MAX).contains(&ttl) {
+            return Err(format!(
+                "ttl_seconds must be between {TTL_SECONDS_MIN} and {TTL_SECONDS_MAX}"
+            ));
+        }
+        Ok(ttl)
+    }
+
+    pub fn delta(delta: i64) -> Result<(), String> {
+        if delta == 0 || delta.abs() > ADJUSTMENT_DELTA_MAX {
+            return Err(format!(
+                "delta must be non-zero and at most {ADJUSTMENT_DELTA_MAX} in magnitude"
+            ));
+        }
+        Ok(())
+    }
+}
