@@ -44,3 +44,12 @@ pub fn classify(err: &tokio_postgres::Error) -> DbFailure {
         _ => DbFailure::Other,
     }
 }
+
+/// A one-line description that includes the server's message and SQLSTATE (tokio-postgres'
+/// own `Display` says only "db error").
+pub fn describe(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => err.to_string(),
+    }
+}

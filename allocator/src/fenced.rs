@@ -140,7 +140,7 @@ pub enum FencedError {
         ours: i64,
         current: Option<i64>,
     },
-    #[error("database: {0}")]
+    #[error("database: {}", crate::error::describe(.0))]
     Db(#[from] tokio_postgres::Error),
 }
 
@@ -287,8 +287,8 @@ async fn reserve(
         .prepare_cached(
             "INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch,
                                        ttl_seconds, request_fingerprint, expires_at)
-             VALUES ($1, $2, $3, $4, 'held', $5, $6, $2 || '/' || $4::text,
-                     now() + $6 * interval '1 second')
+             VALUES ($1, $2, $3, $4::bigint, 'held', $5, $6::int, $2 || '/' || ($4::bigint)::text,
+                     now() + $6::int * interval '1 second')
              ON CONFLICT (reservation_id) DO NOTHING
              RETURNING expires_at",
         )
@@ -714,8 +714,8 @@ async fn adjust(
     } else {
         tx.query_opt(
             "UPDATE inventory
-                SET on_hand = on_hand + $2, available = available + $2, highest_epoch = $3
-              WHERE sku = $1 AND partition = $4 AND available >= -$2
+                SET on_hand = on_hand + $2::bigint, available = available + $2::bigint, highest_epoch = $3
+              WHERE sku = $1 AND partition = $4 AND available >= -($2::bigint)
           RETURNING on_hand, available",
             &[&sku, &delta, &fence.epoch, &partition],
         )

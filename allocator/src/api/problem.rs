@@ -183,6 +183,6 @@ impl From<deadpool_postgres::PoolError> for ApiError {
 
 impl From<tokio_postgres::Error> for ApiError {
     fn from(error: tokio_postgres::Error) -> Self {
-        ApiError::StorageUnavailable(error.to_string())
+        ApiError::StorageUnavailable(crate::error::describe(&error))
     }
 }

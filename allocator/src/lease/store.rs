@@ -38,7 +38,7 @@ pub async fn acquire<C: GenericClient>(
                 SET holder_id = $2, holder_url = $3, epoch = epoch + 1,
                     revision = nextval('assignment_revision'),
                     acquired_at = now(), renewed_at = now(),
-                    expires_at = now() + $4 * interval '1 millisecond',
+                    expires_at = now() + $4::bigint * interval '1 millisecond',
                     transitions = transitions + 1
               WHERE name = $1
                 AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
@@ -69,7 +69,7 @@ pub async fn renew<C: GenericClient>(
     let rows = client
         .query(
             "UPDATE leases AS l
-                SET renewed_at = now(), expires_at = now() + $3 * interval '1 millisecond'
+                SET renewed_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond'
                FROM unnest($1::text[], $2::bigint[]) AS h(name, epoch)
               WHERE l.name = h.name AND l.epoch = h.epoch
                 AND l.holder_id = $4 AND l.expires_at > now()
@@ -120,7 +120,7 @@ pub async fn heartbeat_and_view<C: GenericClient>(
     client
         .execute(
             "INSERT INTO replicas (replica_id, advertise_url, heartbeat_at, expires_at)
-             VALUES ($1, $2, now(), now() + $3 * interval '1 millisecond')
+             VALUES ($1, $2, now(), now() + $3::bigint * interval '1 millisecond')
              ON CONFLICT (replica_id) DO UPDATE
                 SET advertise_url = EXCLUDED.advertise_url,
                     heartbeat_at = EXCLUDED.heartbeat_at, expires_at = EXCLUDED.expires_at",

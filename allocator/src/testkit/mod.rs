@@ -24,6 +24,7 @@ pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod redis;
+pub mod shared;
 
 mod procfs;
 

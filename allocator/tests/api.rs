@@ -1,0 +1,433 @@
+//! HTTP API behaviour of one replica over real HTTP against a real PostgreSQL.
+
+mod common;
+
+use std::time::Duration;
+
+use allocator::wire::{problem_type, Problem, Reservation, ReservationStatus, HEADER_REPLAYED};
+use common::*;
+use reqwest::StatusCode;
+use serde_json::json;
+
+async fn single_replica() -> (TestReplica, String) {
+    let db = migrated_database(PARTITIONS).await;
+    let replica = TestReplica::start(fast_config(&db, "solo")).await;
+    wait_owns_all(&replica).await;
+    (replica, db)
+}
+
+async fn problem(response: reqwest::Response) -> Problem {
+    assert_eq!(
+        response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/problem+json"),
+        "errors are problem+json"
+    );
+    response.json().await.expect("problem body")
+}
+
+async fn reserve(base: &str, id: &str, sku: &str, quantity: i64) -> reqwest::Response {
+    http()
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": id, "sku": sku, "quantity": quantity}))
+        .send()
+        .await
+        .expect("reserve")
+}
+
+async fn post(base: &str, path: &str) -> reqwest::Response {
+    http()
+        .post(format!("{base}{path}"))
+        .send()
+        .await
+        .expect("post")
+}
+
+#[tokio::test]
+async fn reserve_replay_confirm_release_lifecycle() {
+    let (replica, db) = single_replica().await;
+    let base = &replica.url;
+    restock(base, "widget", 10).await;
+
+    let created = reserve(base, "r-1", "widget", 3).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    assert!(created.headers().get(HEADER_REPLAYED).is_none());
+    let held: Reservation = created.json().await.unwrap();
+    assert_eq!(held.status, ReservationStatus::Held);
+    assert_eq!((held.sku.as_str(), held.quantity), ("widget", 3));
+    assert!(held.epoch >= 1);
+
+    // Replay: same id and payload → the original outcome, marked as replayed.
+    let replay = reserve(base, "r-1", "widget", 3).await;
+    assert_eq!(replay.status(), StatusCode::OK);
+    assert_eq!(replay.headers().get(HEADER_REPLAYED).unwrap(), "true");
+    let replayed: Reservation = replay.json().await.unwrap();
+    assert_eq!(replayed.reservation_id, "r-1");
+    assert_eq!(replayed.expires_at, held.expires_at);
+
+    // Reuse with another payload is refused, never applied.
+    let reuse = reserve(base, "r-1", "widget", 4).await;
+    assert_eq!(reuse.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem(reuse).await.kind, problem_type::IDEMPOTENCY_MISMATCH);
+    let reuse_sku = reserve(base, "r-1", "gadget", 3).await;
+    assert_eq!(reuse_sku.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    let inventory: serde_json::Value = http()
+        .get(format!("{base}/v1/inventory/widget"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(inventory["available"], 7);
+    assert_eq!(inventory["held"], 3);
+
+    // Confirm, and confirm again (idempotent), then release is forbidden.
+    let confirm = post(base, "/v1/reservations/r-1/confirm").await;
+    assert_eq!(confirm.status(), StatusCode::OK);
+    let confirmed: Reservation = confirm.json().await.unwrap();
+    assert_eq!(confirmed.status, ReservationStatus::Confirmed);
+    let again = post(base, "/v1/reservations/r-1/confirm").await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(again.headers().get(HEADER_REPLAYED).unwrap(), "true");
+    let release = post(base, "/v1/reservations/r-1/release").await;
+    assert_eq!(release.status(), StatusCode::CONFLICT);
+    let p = problem(release).await;
+    assert_eq!(p.kind, problem_type::INVALID_STATE);
+    assert_eq!(p.current_status, Some(ReservationStatus::Confirmed));
+
+    // Release path: release twice is fine, confirm afterwards is not.
+    assert_eq!(reserve(base, "r-2", "widget", 2).await.status(), StatusCode::CREATED);
+    assert_eq!(post(base, "/v1/reservations/r-2/release").await.status(), StatusCode::OK);
+    let twice = post(base, "/v1/reservations/r-2/release").await;
+    assert_eq!(twice.status(), StatusCode::OK);
+    assert_eq!(twice.headers().get(HEADER_REPLAYED).unwrap(), "true");
+    let late_confirm = post(base, "/v1/reservations/r-2/confirm").await;
+    assert_eq!(late_confirm.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        problem(late_confirm).await.current_status,
+        Some(ReservationStatus::Released)
+    );
+
+    let fetched: Reservation = http()
+        .get(format!("{base}/v1/reservations/r-2"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fetched.status, ReservationStatus::Released);
+
+    let pg = client(&db).await;
+    let (row, ledger) = ledger_balance(&pg, "widget").await;
+    assert_eq!(row, [10, 7, 0, 3], "on_hand, available, held, confirmed");
+    assert_eq!(row, ledger, "the ledger sums to the row");
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn out_of_stock_outcome_is_durable_and_replayed() {
+    let (replica, _db) = single_replica().await;
+    let base = &replica.url;
+    restock(base, "scarce", 1).await;
+
+    let refused = reserve(base, "want-2", "scarce", 2).await;
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    let p = problem(refused).await;
+    assert_eq!(p.kind, problem_type::INSUFFICIENT_STOCK);
+    assert_eq!(p.available, Some(1));
+
+    // More stock arrives; the same id still gets its original answer.
+    restock(base, "scarce", 5).await;
+    let replay = reserve(base, "want-2", "scarce", 2).await;
+    assert_eq!(replay.status(), StatusCode::CONFLICT);
+    assert_eq!(replay.headers().get(HEADER_REPLAYED).unwrap(), "true");
+    assert_eq!(problem(replay).await.available, Some(1));
+    // GET and transitions on a refused id answer the same way.
+    let get = http()
+        .get(format!("{base}/v1/reservations/want-2"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        post(base, "/v1/reservations/want-2/confirm").await.status(),
+        StatusCode::CONFLICT
+    );
+    // A new id is served from the new stock.
+    assert_eq!(reserve(base, "want-2b", "scarce", 2).await.status(), StatusCode::CREATED);
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_input_is_a_problem_never_a_500() {
+    let (replica, _db) = single_replica().await;
+    let base = &replica.url;
+    restock(base, "ok-sku", 5).await;
+    let long_id = "x".repeat(256);
+    let long_sku = "s".repeat(65);
+    let cases: Vec<(serde_json::Value, &str)> = vec![
+        (json!({"reservation_id": "a", "sku": "bad sku!", "quantity": 1}), "sku charset"),
+        (json!({"reservation_id": "a", "sku": long_sku, "quantity": 1}), "sku length"),
+        (json!({"reservation_id": "a", "sku": "", "quantity": 1}), "empty sku"),
+        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 0}), "zero quantity"),
+        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": -3}), "negative quantity"),
+        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 10_000_000}), "huge quantity"),
+        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1.5}), "fractional quantity"),
+        (json!({"reservation_id": long_id, "sku": "ok-sku", "quantity": 1}), "id length"),
+        (json!({"reservation_id": "", "sku": "ok-sku", "quantity": 1}), "empty id"),
+        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "quantiy": 2}), "unknown field"),
+        (json!({"reservation_id": "a", "sku": "ok-sku"}), "missing field"),
+        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 0}), "ttl too small"),
+        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 999999}), "ttl too large"),
+        (json!(["not", "an", "object"]), "wrong shape"),
+    ];
+    for (body, why) in cases {
+        let response = http()
+            .post(format!("{base}/v1/reservations"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{why}");
+        let p = problem(response).await;
+        assert_eq!(p.kind, problem_type::INVALID_REQUEST, "{why}");
+        assert_eq!(p.status, 400, "{why}");
+    }
+
+    let malformed = http()
+        .post(format!("{base}/v1/reservations"))
+        .header("content-type", "application/json")
+        .body("{\"reservation_id\": \"a\", ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    problem(malformed).await;
+
+    let oversized = http()
+        .post(format!("{base}/v1/reservations"))
+        .header("content-type", "application/json")
+        .body(format!("{{\"reservation_id\": \"{}\"}}", "y".repeat(70_000)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(oversized.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    problem(oversized).await;
+
+    let bad_adjust = http()
+        .post(format!("{base}/v1/inventory/ok-sku/adjustments"))
+        .json(&json!({"adjustment_id": "z", "delta": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_adjust.status(), StatusCode::BAD_REQUEST);
+    problem(bad_adjust).await;
+
+    for path in ["/v1/inventory/bad%20sku", "/v1/reservations/%01ctl"] {
+        let response = http().get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        problem(response).await;
+    }
+
+    let unknown_route = http().get(format!("{base}/v2/nothing")).send().await.unwrap();
+    assert_eq!(unknown_route.status(), StatusCode::NOT_FOUND);
+    problem(unknown_route).await;
+    let wrong_method = http().delete(format!("{base}/v1/reservations")).send().await.unwrap();
+    assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
+    problem(wrong_method).await;
+
+    // Unknown things are 404s.
+    let unknown_reservation = post(base, "/v1/reservations/nope/confirm").await;
+    assert_eq!(unknown_reservation.status(), StatusCode::NOT_FOUND);
+    problem(unknown_reservation).await;
+    let unknown_sku = reserve(base, "u-1", "never-stocked", 1).await;
+    assert_eq!(unknown_sku.status(), StatusCode::NOT_FOUND);
+    problem(unknown_sku).await;
+    let unknown_inventory = http()
+        .get(format!("{base}/v1/inventory/never-stocked"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown_inventory.status(), StatusCode::NOT_FOUND);
+
+    // Nothing above touched the stock.
+    let inventory: serde_json::Value = http()
+        .get(format!("{base}/v1/inventory/ok-sku"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(inventory["available"], 5);
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn adjustments_are_fenced_idempotent_and_refuse_shrinking_held_stock() {
+    let (replica, db) = single_replica().await;
+    let base = &replica.url;
+    let adjust = |id: &'static str, delta: i64| {
+        let base = base.clone();
+        async move {
+            http()
+                .post(format!("{base}/v1/inventory/bolt/adjustments"))
+                .json(&json!({"adjustment_id": id, "delta": delta}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    // Shrinking a SKU that does not exist yet.
+    assert_eq!(adjust("a-0", -1).await.status(), StatusCode::NOT_FOUND);
+    let created = adjust("a-1", 10).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let replay = adjust("a-1", 10).await;
+    assert_eq!(replay.status(), StatusCode::OK);
+    assert_eq!(replay.headers().get(HEADER_REPLAYED).unwrap(), "true");
+    assert_eq!(adjust("a-1", 11).await.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    assert_eq!(reserve(base, "hold-8", "bolt", 8).await.status(), StatusCode::CREATED);
+    let shrink = adjust("a-2", -3).await;
+    assert_eq!(shrink.status(), StatusCode::CONFLICT);
+    let p = problem(shrink).await;
+    assert_eq!(p.kind, problem_type::SHRINK_BELOW_HELD);
+    assert_eq!(p.available, Some(2));
+    assert_eq!(adjust("a-3", -2).await.status(), StatusCode::CREATED);
+
+    let pg = client(&db).await;
+    let (row, ledger) = ledger_balance(&pg, "bolt").await;
+    assert_eq!(row, [8, 0, 8, 0]);
+    assert_eq!(row, ledger);
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn overdue_holds_expire_and_return_stock() {
+    let (replica, db) = single_replica().await;
+    let base = &replica.url;
+    restock(base, "melon", 4).await;
+    let response = http()
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "short", "sku": "melon", "quantity": 3, "ttl_seconds": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert_eq!(reserve(base, "long", "melon", 1).await.status(), StatusCode::CREATED);
+
+    let pg = client(&db).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status: String = pg
+            .query_one("SELECT status FROM reservations WHERE reservation_id = 'short'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if status == "expired" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "hold never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (row, ledger) = ledger_balance(&pg, "melon").await;
+    assert_eq!(row, [4, 3, 1, 0], "the expired hold's stock is available again");
+    assert_eq!(row, ledger);
+    let confirm = post(base, "/v1/reservations/short/confirm").await;
+    assert_eq!(confirm.status(), StatusCode::CONFLICT);
+    assert_eq!(problem(confirm).await.current_status, Some(ReservationStatus::Expired));
+    // Releasing an expired hold leaves the client where it wanted to be.
+    assert_eq!(post(base, "/v1/reservations/short/release").await.status(), StatusCode::OK);
+    let get: Reservation = http()
+        .get(format!("{base}/v1/reservations/long"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(get.status, ReservationStatus::Held);
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_reserves_on_fifty_units_hold_exactly_fifty() {
+    let (replica, db) = single_replica().await;
+    let base = replica.url.clone();
+    restock(&base, "hot", 50).await;
+    let attempts = (0..200).map(|i| {
+        let base = base.clone();
+        tokio::spawn(async move { reserve(&base, &format!("c-{i}"), "hot", 1).await.status() })
+    });
+    let statuses: Vec<StatusCode> = futures::future::join_all(attempts)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let held = statuses.iter().filter(|s| **s == StatusCode::CREATED).count();
+    let refused = statuses.iter().filter(|s| **s == StatusCode::CONFLICT).count();
+    assert_eq!((held, refused), (50, 150), "{statuses:?}");
+
+    let pg = client(&db).await;
+    let (row, ledger) = ledger_balance(&pg, "hot").await;
+    assert_eq!(row, [50, 0, 50, 0]);
+    assert_eq!(row, ledger);
+    let counts = pg
+        .query_one(
+            "SELECT count(*) FILTER (WHERE status = 'held'), count(*) FILTER (WHERE status = 'rejected'),
+                    (SELECT count(*) FROM ledger WHERE sku = 'hot' AND kind = 'reserve')
+               FROM reservations WHERE sku = 'hot'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(counts.get::<_, i64>(0), 50);
+    assert_eq!(counts.get::<_, i64>(1), 150);
+    assert_eq!(counts.get::<_, i64>(2), 50, "one ledger row per decrement (I2)");
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn partitions_health_ready_and_metrics() {
+    let (replica, _db) = single_replica().await;
+    let base = &replica.url;
+    let map = partition_map(base).await;
+    assert_eq!(map.partition_count, PARTITIONS);
+    assert_eq!(map.partitions.len(), PARTITIONS as usize);
+    for (i, entry) in map.partitions.iter().enumerate() {
+        assert_eq!(entry.partition, i as u32);
+        assert_eq!(entry.owner_id.as_deref(), Some("solo"));
+        assert_eq!(entry.owner_url.as_deref(), Some(base.as_str()));
+        assert!(entry.epoch >= 1 && entry.revision >= 1);
+        assert!(entry.lease_remaining_ms.unwrap() > 0);
+    }
+    assert_eq!(http().get(format!("{base}/healthz")).send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(http().get(format!("{base}/readyz")).send().await.unwrap().status(), StatusCode::OK);
+    restock(base, "m-sku", 1).await;
+    let metrics = http()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "allocator_leases_held",
+        "allocator_lease_acquisitions_total",
+        "allocator_reservation_outcomes_total",
+        "allocator_http_request_duration_seconds_bucket",
+        "allocator_batch_size_bucket",
+        "allocator_db_transaction_duration_seconds_bucket",
+        "allocator_live_replicas",
+        "allocator_partition_epoch",
+    ] {
+        assert!(metrics.contains(name), "metric {name} missing:\n{metrics}");
+    }
+    replica.stop().await;
+}

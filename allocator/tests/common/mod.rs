@@ -1,0 +1,194 @@
+//! Shared helpers for the allocator's integration tests: a fresh, migrated database per test and
+//! in-process replicas with short lease timings, talked to over real HTTP.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use allocator::app::Application;
+use allocator::config::ServeConfig;
+use allocator::testkit::shared::fresh_database;
+use allocator::wire::PartitionMap;
+use tokio_util::sync::CancellationToken;
+
+pub const PARTITIONS: u32 = 8;
+
+/// A migrated database with `partitions` partitions on the shared test server.
+pub async fn migrated_database(partitions: u32) -> String {
+    let url = fresh_database("alloc").await.expect("create database");
+    migrate(&url, partitions).await;
+    url
+}
+
+pub async fn migrate(url: &str, partitions: u32) {
+    let mut client = allocator::db::connect(url).await.expect("connect");
+    schema::initialise(&mut client, Some(partitions))
+        .await
+        .expect("migrate");
+}
+
+pub async fn client(url: &str) -> tokio_postgres::Client {
+    allocator::db::connect(url).await.expect("connect")
+}
+
+/// Short timings so failover tests run in seconds.
+pub fn fast_config(database_url: &str, replica_id: &str) -> ServeConfig {
+    let mut config = ServeConfig::for_tests(database_url, replica_id);
+    config.lease_ttl_ms = 2000;
+    config.lease_margin_ms = 500;
+    config.renew_interval_ms = Some(500);
+    config.campaign_interval_ms = 200;
+    config.expiry_interval_ms = 200;
+    config.idle_in_transaction_timeout_ms = 1000;
+    config.statement_timeout_ms = 1000;
+    config.request_timeout_ms = 3000;
+    config.pool_size = 8;
+    config
+}
+
+pub struct TestReplica {
+    pub url: String,
+    pub replica_id: String,
+    pub shutdown: CancellationToken,
+    pub ownership: std::sync::Arc<allocator::lease::ownership::Ownership>,
+    pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl TestReplica {
+    pub async fn start(config: ServeConfig) -> Self {
+        if std::env::var_os("TEST_LOG").is_some() {
+            allocator::telemetry::init();
+        }
+        let replica_id = config.replica_id.clone();
+        let app = Application::build(config).await.expect("build replica");
+        let url = format!("http://127.0.0.1:{}", app.port());
+        let shutdown = app.shutdown_token();
+        let ownership = app.ownership();
+        let task = tokio::spawn(app.run_until_stopped());
+        Self {
+            url,
+            replica_id,
+            shutdown,
+            ownership,
+            task,
+        }
+    }
+
+    /// Graceful stop: leases are released before this returns.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("http client")
+}
+
+pub async fn partition_map(base: &str) -> PartitionMap {
+    http()
+        .get(format!("{base}/v1/partitions"))
+        .send()
+        .await
+        .expect("partitions")
+        .json()
+        .await
+        .expect("partition map")
+}
+
+/// Wait until every partition has a live owner and `pred` holds for the map.
+pub async fn wait_for_map(
+    base: &str,
+    timeout: Duration,
+    pred: impl Fn(&PartitionMap) -> bool,
+) -> PartitionMap {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(response) = http().get(format!("{base}/v1/partitions")).send().await {
+            if let Ok(map) = response.json::<PartitionMap>().await {
+                if pred(&map) {
+                    return map;
+                }
+                if Instant::now() > deadline {
+                    panic!("map condition not reached in {timeout:?}: {map:?}");
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            panic!("map not readable in {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn all_owned_by_one_of(map: &PartitionMap, owners: &[&str]) -> bool {
+    map.partitions.iter().all(|p| {
+        p.owner_id
+            .as_deref()
+            .is_some_and(|o| owners.contains(&o))
+    })
+}
+
+/// Restock `sku` by `delta` through `base`, retrying while ownership settles.
+pub async fn restock(base: &str, sku: &str, delta: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = http()
+            .post(format!("{base}/v1/inventory/{sku}/adjustments"))
+            .json(&serde_json::json!({"adjustment_id": format!("seed-{sku}-{delta}"), "delta": delta}))
+            .send()
+            .await
+            .expect("restock");
+        if response.status().is_success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "restock kept failing: {} {}",
+            response.status(),
+            response.text().await.unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Wait until `base` owns every partition (single-replica tests).
+pub async fn wait_owns_all(replica: &TestReplica) {
+    let id = replica.replica_id.clone();
+    wait_for_map(&replica.url, Duration::from_secs(10), |m| {
+        all_owned_by_one_of(m, &[&id])
+    })
+    .await;
+    // The local view follows the database within one round trip.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while replica.ownership.held().len() < replica.ownership.partition_count() as usize {
+        assert!(Instant::now() < deadline, "local ownership lagging");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sum of ledger deltas per column vs the inventory row; (row, ledger) for assertions.
+pub async fn ledger_balance(client: &tokio_postgres::Client, sku: &str) -> ([i64; 4], [i64; 4]) {
+    let row = client
+        .query_one(
+            "SELECT on_hand, available, held, confirmed FROM inventory WHERE sku = $1",
+            &[&sku],
+        )
+        .await
+        .expect("inventory row");
+    let sums = client
+        .query_one(
+            "SELECT coalesce(sum(d_on_hand),0)::bigint, coalesce(sum(d_available),0)::bigint,
+                    coalesce(sum(d_held),0)::bigint, coalesce(sum(d_confirmed),0)::bigint
+               FROM ledger WHERE sku = $1",
+            &[&sku],
+        )
+        .await
+        .expect("ledger sums");
+    (
+        [row.get(0), row.get(1), row.get(2), row.get(3)],
+        [sums.get(0), sums.get(1), sums.get(2), sums.get(3)],
+    )
+}
