@@ -1,0 +1,272 @@
+//! Fencing and lease exclusivity at the database: I4 (stale epochs never commit, also on rows
+//! the new owner never touched), I5 (one holder, strictly increasing epochs) and the table-level
+//! guards that protect against any writer.
+
+mod common;
+
+use std::time::Duration;
+
+use allocator::db::{build_pool, PoolSettings};
+use allocator::fenced::{fenced_transaction, Command, Fence, FencedError, Outcome};
+use allocator::lease::store;
+use allocator::partition::partition_for;
+use common::*;
+
+fn pool(url: &str) -> deadpool_postgres::Pool {
+    build_pool(
+        url,
+        &PoolSettings {
+            size: 4,
+            wait: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(5),
+            idle_in_transaction_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_millis(300),
+            application_name: "fencing-test".into(),
+        },
+    )
+    .expect("pool")
+}
+
+/// A SKU that lands in `partition`.
+fn sku_in(partition: u32) -> String {
+    (0..)
+        .map(|i| format!("fence-{i}"))
+        .find(|s| partition_for(s, PARTITIONS) == partition)
+        .unwrap()
+}
+
+async fn expire_lease_now(pg: &tokio_postgres::Client, partition: u32) {
+    pg.execute(
+        "UPDATE leases SET expires_at = now() - interval '1 millisecond' WHERE partition = $1",
+        &[&(partition as i32)],
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
+    let db = migrated_database(PARTITIONS).await;
+    let pool = pool(&db);
+    let pg = client(&db).await;
+    let partition = 3;
+    let untouched = sku_in(partition);
+    let ttl = Duration::from_secs(30);
+
+    let old = store::acquire(&**pool.get().await.unwrap(), partition, "old", "http://old", ttl)
+        .await
+        .unwrap()
+        .expect("old acquires");
+    let old_fence = Fence { partition, epoch: old.epoch, replica_id: "old".into() };
+    let mut conn = pool.get().await.unwrap();
+    let seeded = fenced_transaction(
+        &mut conn,
+        &old_fence,
+        &[Command::Adjust { adjustment_id: "seed".into(), sku: untouched.clone(), delta: 5 }],
+    )
+    .await
+    .unwrap();
+    assert!(matches!(seeded[0], Outcome::Adjusted { .. }));
+
+    // The old owner's lease lapses (it is paused, say) and a new owner takes over. The new owner
+    // never writes `untouched`, so that row still carries the old epoch.
+    expire_lease_now(&pg, partition).await;
+    let new = store::acquire(&**pool.get().await.unwrap(), partition, "new", "http://new", ttl)
+        .await
+        .unwrap()
+        .expect("new owner acquires the expired lease");
+    assert!(new.epoch > old.epoch, "epochs strictly increase");
+    assert!(new.revision > old.revision);
+
+    // The old owner wakes up and tries to reserve, restock and expire on that row.
+    for command in [
+        Command::Reserve { reservation_id: "late".into(), sku: untouched.clone(), quantity: 1, ttl_seconds: 60 },
+        Command::Adjust { adjustment_id: "late-adj".into(), sku: untouched.clone(), delta: 7 },
+        Command::ExpireDue { limit: 10 },
+    ] {
+        let result = fenced_transaction(&mut conn, &old_fence, &[command]).await;
+        assert!(
+            matches!(result, Err(FencedError::StaleEpoch { current: Some(e), .. }) if e == new.epoch),
+            "stale epoch must be refused: {result:?}"
+        );
+    }
+    let row = pg
+        .query_one("SELECT available, on_hand, highest_epoch FROM inventory WHERE sku = $1", &[&untouched])
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (5, 5), "nothing changed");
+    assert_eq!(row.get::<_, i64>(2), old.epoch);
+    let late: i64 = pg
+        .query_one("SELECT count(*) FROM reservations WHERE reservation_id = 'late'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(late, 0, "no reservation without its decrement, and none at all from a stale owner");
+
+    // The new owner writes fine.
+    let new_fence = Fence { partition, epoch: new.epoch, replica_id: "new".into() };
+    let ok = fenced_transaction(
+        &mut conn,
+        &new_fence,
+        &[Command::Reserve { reservation_id: "fresh".into(), sku: untouched.clone(), quantity: 1, ttl_seconds: 60 }],
+    )
+    .await
+    .unwrap();
+    assert!(matches!(ok[0], Outcome::Reservation { created: true, .. }));
+}
+
+#[tokio::test]
+async fn an_acquire_cannot_interleave_with_an_owner_transaction() {
+    let db = migrated_database(PARTITIONS).await;
+    let pool = pool(&db);
+    let pg = client(&db).await;
+    let partition = 1;
+    let ttl = Duration::from_secs(30);
+    let old = store::acquire(&**pool.get().await.unwrap(), partition, "old", "http://old", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The lease lapses while the owner's transaction is in flight: the owner has already passed
+    // its fence check and holds the share lock...
+    expire_lease_now(&pg, partition).await;
+    let mut owner = client(&db).await;
+    let tx = owner.transaction().await.unwrap();
+    tx.query_one(
+        "SELECT epoch FROM leases WHERE partition = $1 FOR SHARE",
+        &[&(partition as i32)],
+    )
+    .await
+    .unwrap();
+    // ...when a newer owner tries to acquire: the acquire has to wait for the owner's
+    // transaction (here it gives up on its short lock timeout), so it can never commit in the
+    // middle of it.
+    let blocked = store::acquire(&**pool.get().await.unwrap(), partition, "new", "http://new", ttl).await;
+    let error = blocked.expect_err("acquire must wait for the owner's transaction");
+    assert_eq!(
+        allocator::error::classify(&error),
+        allocator::error::DbFailure::Unavailable,
+        "lock timeout: {error:?}"
+    );
+    tx.commit().await.unwrap();
+    let new = store::acquire(&**pool.get().await.unwrap(), partition, "new", "http://new", ttl)
+        .await
+        .unwrap()
+        .expect("acquire succeeds once the owner's transaction ended");
+    assert_eq!(new.epoch, old.epoch + 1);
+}
+
+#[tokio::test]
+async fn only_one_of_many_concurrent_acquirers_wins_and_epochs_increase() {
+    let db = migrated_database(PARTITIONS).await;
+    let pool = pool(&db);
+    let ttl = Duration::from_secs(30);
+    let attempts = (0..16).map(|i| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let client = pool.get().await.unwrap();
+            store::acquire(&**client, 0, &format!("r{i}"), "http://x", ttl).await.unwrap()
+        })
+    });
+    let winners: Vec<_> = futures::future::join_all(attempts)
+        .await
+        .into_iter()
+        .filter_map(|r| r.unwrap())
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one holder: {winners:?}");
+    let first = winners[0];
+
+    // Renewal needs holder and epoch; another replica's renewal is refused.
+    let c = pool.get().await.unwrap();
+    assert_eq!(store::renew(&**c, "intruder", &[(0, first.epoch)], ttl).await.unwrap(), Vec::<u32>::new());
+    // Release by the holder, then re-acquire by the same holder: a new, higher epoch (I5).
+    let owner: String = client(&db)
+        .await
+        .query_one("SELECT holder_id FROM leases WHERE partition = 0", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(store::release(&**c, 0, "intruder", first.epoch).await.unwrap().is_none());
+    assert!(store::release(&**c, 0, &owner, first.epoch).await.unwrap().is_some());
+    let again = store::acquire(&**c, 0, &owner, "http://x", ttl).await.unwrap().unwrap();
+    assert_eq!(again.epoch, first.epoch + 1);
+    let restart = store::acquire(&**c, 0, &owner, "http://x", ttl).await.unwrap().unwrap();
+    assert_eq!(restart.epoch, again.epoch + 1, "a restart under the same id still bumps the epoch");
+    assert!(store::acquire(&**c, 0, "other", "http://y", ttl).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn tables_refuse_negative_stock_stale_epochs_and_ledger_edits() {
+    let db = migrated_database(PARTITIONS).await;
+    let pool = pool(&db);
+    let pg = client(&db).await;
+    let partition = 2;
+    let sku = sku_in(partition);
+    let lease = store::acquire(&**pool.get().await.unwrap(), partition, "o", "http://o", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let fence = Fence { partition, epoch: lease.epoch, replica_id: "o".into() };
+    let mut conn = pool.get().await.unwrap();
+    fenced_transaction(&mut conn, &fence, &[Command::Adjust { adjustment_id: "s".into(), sku: sku.clone(), delta: 3 }])
+        .await
+        .unwrap();
+
+    let negative = pg
+        .execute("UPDATE inventory SET available = available - 4, held = held + 4 WHERE sku = $1", &[&sku])
+        .await
+        .expect_err("CHECK (available >= 0)");
+    assert_eq!(negative.code().unwrap().code(), "23514");
+    let unbalanced = pg
+        .execute("UPDATE inventory SET available = available - 1 WHERE sku = $1", &[&sku])
+        .await
+        .expect_err("on_hand = available + held + confirmed");
+    assert_eq!(unbalanced.code().unwrap().code(), "23514");
+    let stale = pg
+        .execute("UPDATE inventory SET highest_epoch = highest_epoch - 1 WHERE sku = $1", &[&sku])
+        .await
+        .expect_err("epoch fence trigger");
+    assert_eq!(stale.code().unwrap().code(), allocator::error::SQLSTATE_STALE_EPOCH);
+    let edit = pg
+        .execute("UPDATE ledger SET d_available = 100 WHERE sku = $1", &[&sku])
+        .await
+        .expect_err("append-only ledger");
+    assert_eq!(edit.code().unwrap().code(), "FA003");
+    let delete = pg.execute("DELETE FROM ledger", &[]).await.expect_err("append-only ledger");
+    assert_eq!(delete.code().unwrap().code(), "FA003");
+    let lease_back = pg
+        .execute("UPDATE leases SET epoch = 0 WHERE partition = $1", &[&(partition as i32)])
+        .await
+        .expect_err("lease epochs never decrease");
+    assert_eq!(lease_back.code().unwrap().code(), "FA002");
+}
+
+#[tokio::test]
+async fn migrations_are_idempotent_and_keep_the_partition_count() {
+    let url = allocator::testkit::shared::fresh_database("mig").await.unwrap();
+    // Several replicas migrating at once serialise on the advisory lock.
+    let runs = (0..4).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let mut c = allocator::db::connect(&url).await.unwrap();
+            schema::initialise(&mut c, Some(12)).await
+        })
+    });
+    for run in futures::future::join_all(runs).await {
+        assert_eq!(run.unwrap().unwrap().partition_count, 12);
+    }
+    let mut c = allocator::db::connect(&url).await.unwrap();
+    let again = schema::initialise(&mut c, None).await.unwrap();
+    assert_eq!(again.partition_count, 12);
+    assert!(again.applied.is_empty());
+    assert!(matches!(
+        schema::initialise(&mut c, Some(16)).await,
+        Err(schema::SchemaError::PartitionCountMismatch { existing: 12, requested: 16 })
+    ));
+    let leases: i64 = c
+        .query_one("SELECT count(*) FROM leases WHERE partition IS NOT NULL", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(leases, 12);
+}
