@@ -6,7 +6,11 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "allocator", version, about = "Fenced inventory allocator replica")]
+#[command(
+    name = "allocator",
+    version,
+    about = "Fenced inventory allocator replica"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

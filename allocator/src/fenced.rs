@@ -164,14 +164,16 @@ pub async fn fenced_transaction(
     check_lease_fence(&tx, fence).await?;
     let mut outcomes = Vec::with_capacity(commands.len());
     for command in commands {
-        let outcome = apply(&tx, fence, command).await.map_err(|e| match classify(&e) {
-            DbFailure::StaleEpoch => FencedError::StaleEpoch {
-                partition: fence.partition,
-                ours: fence.epoch,
-                current: None,
-            },
-            _ => FencedError::Db(e),
-        })?;
+        let outcome = apply(&tx, fence, command)
+            .await
+            .map_err(|e| match classify(&e) {
+                DbFailure::StaleEpoch => FencedError::StaleEpoch {
+                    partition: fence.partition,
+                    ours: fence.epoch,
+                    current: None,
+                },
+                _ => FencedError::Db(e),
+            })?;
         outcomes.push(outcome);
     }
     tx.commit().await?;
@@ -184,9 +186,7 @@ async fn check_lease_fence(tx: &Transaction<'_>, fence: &Fence) -> Result<(), Fe
             "SELECT holder_id, epoch, expires_at > now() FROM leases WHERE name = $1 FOR SHARE",
         )
         .await?;
-    let row = tx
-        .query_opt(&stmt, &[&lease_name(fence.partition)])
-        .await?;
+    let row = tx.query_opt(&stmt, &[&lease_name(fence.partition)]).await?;
     let Some(row) = row else {
         return Err(FencedError::StaleEpoch {
             partition: fence.partition,
@@ -478,9 +478,9 @@ async fn transition(
     reservation_id: &str,
     transition: Transition,
 ) -> Result<Outcome, tokio_postgres::Error> {
-    let (target, kind, deltas_of): (&str, &str, fn(i64) -> [i64; 4]) = match transition {
-        Transition::Confirm => ("confirmed", "confirm", |q| [0, 0, -q, q]),
-        Transition::Release => ("released", "release", |q| [0, q, -q, 0]),
+    let (target, kind) = match transition {
+        Transition::Confirm => ("confirmed", "confirm"),
+        Transition::Release => ("released", "release"),
     };
     let stmt = tx
         .prepare_cached(
@@ -493,13 +493,22 @@ async fn transition(
     let row = tx
         .query_opt(
             &stmt,
-            &[&reservation_id, &fence.epoch, &(fence.partition as i32), &target],
+            &[
+                &reservation_id,
+                &fence.epoch,
+                &(fence.partition as i32),
+                &target,
+            ],
         )
         .await?;
     if let Some(row) = row {
         let sku: String = row.get(0);
         let quantity: i64 = row.get(1);
-        let deltas = deltas_of(quantity);
+        // [on_hand, available, held, confirmed]
+        let deltas = match transition {
+            Transition::Confirm => [0, 0, -quantity, quantity],
+            Transition::Release => [0, quantity, -quantity, 0],
+        };
         let stock = tx
             .prepare_cached(
                 "UPDATE inventory

@@ -24,7 +24,10 @@ impl HintPublisher {
         Self { tx: None }
     }
 
-    pub fn spawn(redis_url: &str, shutdown: CancellationToken) -> anyhow::Result<(Self, tokio::task::JoinHandle<()>)> {
+    pub fn spawn(
+        redis_url: &str,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<(Self, tokio::task::JoinHandle<()>)> {
         let client = redis::Client::open(redis_url)?;
         let (tx, rx) = mpsc::channel(1024);
         let task = tokio::spawn(run(client, rx, shutdown));
@@ -65,14 +68,19 @@ async fn run(
                 }
                 _ => {
                     metrics::counter!(m::HINTS_PUBLISHED, "result" => "unavailable").increment(1);
-                    tracing::debug!(partition = hint.partition, "redis unavailable, hint dropped");
+                    tracing::debug!(
+                        partition = hint.partition,
+                        "redis unavailable, hint dropped"
+                    );
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                     continue;
                 }
             }
         }
-        let Some(conn) = connection.as_mut() else { continue };
+        let Some(conn) = connection.as_mut() else {
+            continue;
+        };
         let payload = serde_json::to_string(&hint).expect("hint serialises");
         let sent: Result<Result<i64, redis::RedisError>, _> =
             tokio::time::timeout(Duration::from_secs(1), conn.publish(HINT_CHANNEL, payload)).await;

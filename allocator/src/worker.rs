@@ -26,7 +26,9 @@ pub struct Job {
 
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("command", &self.command).finish()
+        f.debug_struct("Job")
+            .field("command", &self.command)
+            .finish()
     }
 }
 
@@ -88,7 +90,11 @@ struct Worker {
 impl Worker {
     async fn run(self, mut receiver: mpsc::Receiver<Job>) {
         let partition = self.fence.partition;
-        tracing::info!(partition, epoch = self.fence.epoch, "partition worker started");
+        tracing::info!(
+            partition,
+            epoch = self.fence.epoch,
+            "partition worker started"
+        );
         let mut sweep = tokio::time::interval(self.ctx.expiry_interval);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -114,7 +120,11 @@ impl Worker {
         while let Ok(job) = receiver.try_recv() {
             let _ = job.reply.send(Err(WorkError::NotOwner { partition }));
         }
-        tracing::info!(partition, epoch = self.fence.epoch, "partition worker stopped");
+        tracing::info!(
+            partition,
+            epoch = self.fence.epoch,
+            "partition worker stopped"
+        );
     }
 
     fn deadline(&self) -> Result<Instant, WorkError> {
@@ -181,11 +191,16 @@ impl Worker {
         let safe_until = self.deadline()?;
         let started = Instant::now();
         let work = async {
-            let mut client = self.ctx.pool.get().await.map_err(|e| WorkError::Unavailable {
-                partition,
-                reason: format!("no database connection: {e}"),
-                outcome_unknown: false,
-            })?;
+            let mut client = self
+                .ctx
+                .pool
+                .get()
+                .await
+                .map_err(|e| WorkError::Unavailable {
+                    partition,
+                    reason: format!("no database connection: {e}"),
+                    outcome_unknown: false,
+                })?;
             fenced_transaction(&mut client, &self.fence, commands)
                 .await
                 .map_err(|e| self.translate(e))
@@ -250,10 +265,17 @@ impl Worker {
             };
             match self.execute(std::slice::from_ref(&command)).await {
                 Ok(outcomes) => {
-                    let Some(Outcome::Expired { count }) = outcomes.first() else { return };
+                    let Some(Outcome::Expired { count }) = outcomes.first() else {
+                        return;
+                    };
                     if *count > 0 {
                         metrics::counter!(m::EXPIRED_HOLDS).increment(*count);
-                        tracing::info!(partition = self.fence.partition, epoch = self.fence.epoch, count, "expired overdue holds");
+                        tracing::info!(
+                            partition = self.fence.partition,
+                            epoch = self.fence.epoch,
+                            count,
+                            "expired overdue holds"
+                        );
                     }
                     if (*count as i64) < self.ctx.expiry_batch {
                         return;

@@ -70,7 +70,10 @@ async fn reserve_replay_confirm_release_lifecycle() {
     // Reuse with another payload is refused, never applied.
     let reuse = reserve(base, "r-1", "widget", 4).await;
     assert_eq!(reuse.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(problem(reuse).await.kind, problem_type::IDEMPOTENCY_MISMATCH);
+    assert_eq!(
+        problem(reuse).await.kind,
+        problem_type::IDEMPOTENCY_MISMATCH
+    );
     let reuse_sku = reserve(base, "r-1", "gadget", 3).await;
     assert_eq!(reuse_sku.status(), StatusCode::UNPROCESSABLE_ENTITY);
 
@@ -100,8 +103,14 @@ async fn reserve_replay_confirm_release_lifecycle() {
     assert_eq!(p.current_status, Some(ReservationStatus::Confirmed));
 
     // Release path: release twice is fine, confirm afterwards is not.
-    assert_eq!(reserve(base, "r-2", "widget", 2).await.status(), StatusCode::CREATED);
-    assert_eq!(post(base, "/v1/reservations/r-2/release").await.status(), StatusCode::OK);
+    assert_eq!(
+        reserve(base, "r-2", "widget", 2).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        post(base, "/v1/reservations/r-2/release").await.status(),
+        StatusCode::OK
+    );
     let twice = post(base, "/v1/reservations/r-2/release").await;
     assert_eq!(twice.status(), StatusCode::OK);
     assert_eq!(twice.headers().get(HEADER_REPLAYED).unwrap(), "true");
@@ -159,7 +168,10 @@ async fn out_of_stock_outcome_is_durable_and_replayed() {
         StatusCode::CONFLICT
     );
     // A new id is served from the new stock.
-    assert_eq!(reserve(base, "want-2b", "scarce", 2).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        reserve(base, "want-2b", "scarce", 2).await.status(),
+        StatusCode::CREATED
+    );
     replica.stop().await;
 }
 
@@ -171,19 +183,58 @@ async fn invalid_input_is_a_problem_never_a_500() {
     let long_id = "x".repeat(256);
     let long_sku = "s".repeat(65);
     let cases: Vec<(serde_json::Value, &str)> = vec![
-        (json!({"reservation_id": "a", "sku": "bad sku!", "quantity": 1}), "sku charset"),
-        (json!({"reservation_id": "a", "sku": long_sku, "quantity": 1}), "sku length"),
-        (json!({"reservation_id": "a", "sku": "", "quantity": 1}), "empty sku"),
-        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 0}), "zero quantity"),
-        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": -3}), "negative quantity"),
-        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 10_000_000}), "huge quantity"),
-        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1.5}), "fractional quantity"),
-        (json!({"reservation_id": long_id, "sku": "ok-sku", "quantity": 1}), "id length"),
-        (json!({"reservation_id": "", "sku": "ok-sku", "quantity": 1}), "empty id"),
-        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "quantiy": 2}), "unknown field"),
-        (json!({"reservation_id": "a", "sku": "ok-sku"}), "missing field"),
-        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 0}), "ttl too small"),
-        (json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 999999}), "ttl too large"),
+        (
+            json!({"reservation_id": "a", "sku": "bad sku!", "quantity": 1}),
+            "sku charset",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": long_sku, "quantity": 1}),
+            "sku length",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "", "quantity": 1}),
+            "empty sku",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 0}),
+            "zero quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": -3}),
+            "negative quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 10_000_000}),
+            "huge quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1.5}),
+            "fractional quantity",
+        ),
+        (
+            json!({"reservation_id": long_id, "sku": "ok-sku", "quantity": 1}),
+            "id length",
+        ),
+        (
+            json!({"reservation_id": "", "sku": "ok-sku", "quantity": 1}),
+            "empty id",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "quantiy": 2}),
+            "unknown field",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku"}),
+            "missing field",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 0}),
+            "ttl too small",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 999999}),
+            "ttl too large",
+        ),
         (json!(["not", "an", "object"]), "wrong shape"),
     ];
     for (body, why) in cases {
@@ -212,7 +263,10 @@ async fn invalid_input_is_a_problem_never_a_500() {
     let oversized = http()
         .post(format!("{base}/v1/reservations"))
         .header("content-type", "application/json")
-        .body(format!("{{\"reservation_id\": \"{}\"}}", "y".repeat(70_000)))
+        .body(format!(
+            "{{\"reservation_id\": \"{}\"}}",
+            "y".repeat(70_000)
+        ))
         .send()
         .await
         .unwrap();
@@ -234,10 +288,18 @@ async fn invalid_input_is_a_problem_never_a_500() {
         problem(response).await;
     }
 
-    let unknown_route = http().get(format!("{base}/v2/nothing")).send().await.unwrap();
+    let unknown_route = http()
+        .get(format!("{base}/v2/nothing"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unknown_route.status(), StatusCode::NOT_FOUND);
     problem(unknown_route).await;
-    let wrong_method = http().delete(format!("{base}/v1/reservations")).send().await.unwrap();
+    let wrong_method = http()
+        .delete(format!("{base}/v1/reservations"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
     problem(wrong_method).await;
 
@@ -290,9 +352,15 @@ async fn adjustments_are_fenced_idempotent_and_refuse_shrinking_held_stock() {
     let replay = adjust("a-1", 10).await;
     assert_eq!(replay.status(), StatusCode::OK);
     assert_eq!(replay.headers().get(HEADER_REPLAYED).unwrap(), "true");
-    assert_eq!(adjust("a-1", 11).await.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        adjust("a-1", 11).await.status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
 
-    assert_eq!(reserve(base, "hold-8", "bolt", 8).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        reserve(base, "hold-8", "bolt", 8).await.status(),
+        StatusCode::CREATED
+    );
     let shrink = adjust("a-2", -3).await;
     assert_eq!(shrink.status(), StatusCode::CONFLICT);
     let p = problem(shrink).await;
@@ -319,13 +387,19 @@ async fn overdue_holds_expire_and_return_stock() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
-    assert_eq!(reserve(base, "long", "melon", 1).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        reserve(base, "long", "melon", 1).await.status(),
+        StatusCode::CREATED
+    );
 
     let pg = client(&db).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let status: String = pg
-            .query_one("SELECT status FROM reservations WHERE reservation_id = 'short'", &[])
+            .query_one(
+                "SELECT status FROM reservations WHERE reservation_id = 'short'",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);
@@ -336,13 +410,23 @@ async fn overdue_holds_expire_and_return_stock() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (row, ledger) = ledger_balance(&pg, "melon").await;
-    assert_eq!(row, [4, 3, 1, 0], "the expired hold's stock is available again");
+    assert_eq!(
+        row,
+        [4, 3, 1, 0],
+        "the expired hold's stock is available again"
+    );
     assert_eq!(row, ledger);
     let confirm = post(base, "/v1/reservations/short/confirm").await;
     assert_eq!(confirm.status(), StatusCode::CONFLICT);
-    assert_eq!(problem(confirm).await.current_status, Some(ReservationStatus::Expired));
+    assert_eq!(
+        problem(confirm).await.current_status,
+        Some(ReservationStatus::Expired)
+    );
     // Releasing an expired hold leaves the client where it wanted to be.
-    assert_eq!(post(base, "/v1/reservations/short/release").await.status(), StatusCode::OK);
+    assert_eq!(
+        post(base, "/v1/reservations/short/release").await.status(),
+        StatusCode::OK
+    );
     let get: Reservation = http()
         .get(format!("{base}/v1/reservations/long"))
         .send()
@@ -369,8 +453,14 @@ async fn two_hundred_concurrent_reserves_on_fifty_units_hold_exactly_fifty() {
         .into_iter()
         .map(|r| r.unwrap())
         .collect();
-    let held = statuses.iter().filter(|s| **s == StatusCode::CREATED).count();
-    let refused = statuses.iter().filter(|s| **s == StatusCode::CONFLICT).count();
+    let held = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CREATED)
+        .count();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CONFLICT)
+        .count();
     assert_eq!((held, refused), (50, 150), "{statuses:?}");
 
     let pg = client(&db).await;
@@ -388,7 +478,11 @@ async fn two_hundred_concurrent_reserves_on_fifty_units_hold_exactly_fifty() {
         .unwrap();
     assert_eq!(counts.get::<_, i64>(0), 50);
     assert_eq!(counts.get::<_, i64>(1), 150);
-    assert_eq!(counts.get::<_, i64>(2), 50, "one ledger row per decrement (I2)");
+    assert_eq!(
+        counts.get::<_, i64>(2),
+        50,
+        "one ledger row per decrement (I2)"
+    );
     replica.stop().await;
 }
 
@@ -406,8 +500,24 @@ async fn partitions_health_ready_and_metrics() {
         assert!(entry.epoch >= 1 && entry.revision >= 1);
         assert!(entry.lease_remaining_ms.unwrap() > 0);
     }
-    assert_eq!(http().get(format!("{base}/healthz")).send().await.unwrap().status(), StatusCode::OK);
-    assert_eq!(http().get(format!("{base}/readyz")).send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        http()
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        http()
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
     restock(base, "m-sku", 1).await;
     let metrics = http()
         .get(format!("{base}/metrics"))

@@ -53,16 +53,30 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
     let untouched = sku_in(partition);
     let ttl = Duration::from_secs(30);
 
-    let old = store::acquire(&**pool.get().await.unwrap(), partition, "old", "http://old", ttl)
-        .await
-        .unwrap()
-        .expect("old acquires");
-    let old_fence = Fence { partition, epoch: old.epoch, replica_id: "old".into() };
+    let old = store::acquire(
+        &**pool.get().await.unwrap(),
+        partition,
+        "old",
+        "http://old",
+        ttl,
+    )
+    .await
+    .unwrap()
+    .expect("old acquires");
+    let old_fence = Fence {
+        partition,
+        epoch: old.epoch,
+        replica_id: "old".into(),
+    };
     let mut conn = pool.get().await.unwrap();
     let seeded = fenced_transaction(
         &mut conn,
         &old_fence,
-        &[Command::Adjust { adjustment_id: "seed".into(), sku: untouched.clone(), delta: 5 }],
+        &[Command::Adjust {
+            adjustment_id: "seed".into(),
+            sku: untouched.clone(),
+            delta: 5,
+        }],
     )
     .await
     .unwrap();
@@ -71,17 +85,32 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
     // The old owner's lease lapses (it is paused, say) and a new owner takes over. The new owner
     // never writes `untouched`, so that row still carries the old epoch.
     expire_lease_now(&pg, partition).await;
-    let new = store::acquire(&**pool.get().await.unwrap(), partition, "new", "http://new", ttl)
-        .await
-        .unwrap()
-        .expect("new owner acquires the expired lease");
+    let new = store::acquire(
+        &**pool.get().await.unwrap(),
+        partition,
+        "new",
+        "http://new",
+        ttl,
+    )
+    .await
+    .unwrap()
+    .expect("new owner acquires the expired lease");
     assert!(new.epoch > old.epoch, "epochs strictly increase");
     assert!(new.revision > old.revision);
 
     // The old owner wakes up and tries to reserve, restock and expire on that row.
     for command in [
-        Command::Reserve { reservation_id: "late".into(), sku: untouched.clone(), quantity: 1, ttl_seconds: 60 },
-        Command::Adjust { adjustment_id: "late-adj".into(), sku: untouched.clone(), delta: 7 },
+        Command::Reserve {
+            reservation_id: "late".into(),
+            sku: untouched.clone(),
+            quantity: 1,
+            ttl_seconds: 60,
+        },
+        Command::Adjust {
+            adjustment_id: "late-adj".into(),
+            sku: untouched.clone(),
+            delta: 7,
+        },
         Command::ExpireDue { limit: 10 },
     ] {
         let result = fenced_transaction(&mut conn, &old_fence, &[command]).await;
@@ -91,24 +120,46 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
         );
     }
     let row = pg
-        .query_one("SELECT available, on_hand, highest_epoch FROM inventory WHERE sku = $1", &[&untouched])
+        .query_one(
+            "SELECT available, on_hand, highest_epoch FROM inventory WHERE sku = $1",
+            &[&untouched],
+        )
         .await
         .unwrap();
-    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (5, 5), "nothing changed");
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (5, 5),
+        "nothing changed"
+    );
     assert_eq!(row.get::<_, i64>(2), old.epoch);
     let late: i64 = pg
-        .query_one("SELECT count(*) FROM reservations WHERE reservation_id = 'late'", &[])
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE reservation_id = 'late'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
-    assert_eq!(late, 0, "no reservation without its decrement, and none at all from a stale owner");
+    assert_eq!(
+        late, 0,
+        "no reservation without its decrement, and none at all from a stale owner"
+    );
 
     // The new owner writes fine.
-    let new_fence = Fence { partition, epoch: new.epoch, replica_id: "new".into() };
+    let new_fence = Fence {
+        partition,
+        epoch: new.epoch,
+        replica_id: "new".into(),
+    };
     let ok = fenced_transaction(
         &mut conn,
         &new_fence,
-        &[Command::Reserve { reservation_id: "fresh".into(), sku: untouched.clone(), quantity: 1, ttl_seconds: 60 }],
+        &[Command::Reserve {
+            reservation_id: "fresh".into(),
+            sku: untouched.clone(),
+            quantity: 1,
+            ttl_seconds: 60,
+        }],
     )
     .await
     .unwrap();
@@ -122,10 +173,16 @@ async fn an_acquire_cannot_interleave_with_an_owner_transaction() {
     let pg = client(&db).await;
     let partition = 1;
     let ttl = Duration::from_secs(30);
-    let old = store::acquire(&**pool.get().await.unwrap(), partition, "old", "http://old", ttl)
-        .await
-        .unwrap()
-        .unwrap();
+    let old = store::acquire(
+        &**pool.get().await.unwrap(),
+        partition,
+        "old",
+        "http://old",
+        ttl,
+    )
+    .await
+    .unwrap()
+    .unwrap();
 
     // The lease lapses while the owner's transaction is in flight: the owner has already passed
     // its fence check and holds the share lock...
@@ -141,7 +198,14 @@ async fn an_acquire_cannot_interleave_with_an_owner_transaction() {
     // ...when a newer owner tries to acquire: the acquire has to wait for the owner's
     // transaction (here it gives up on its short lock timeout), so it can never commit in the
     // middle of it.
-    let blocked = store::acquire(&**pool.get().await.unwrap(), partition, "new", "http://new", ttl).await;
+    let blocked = store::acquire(
+        &**pool.get().await.unwrap(),
+        partition,
+        "new",
+        "http://new",
+        ttl,
+    )
+    .await;
     let error = blocked.expect_err("acquire must wait for the owner's transaction");
     assert_eq!(
         allocator::error::classify(&error),
@@ -149,10 +213,16 @@ async fn an_acquire_cannot_interleave_with_an_owner_transaction() {
         "lock timeout: {error:?}"
     );
     tx.commit().await.unwrap();
-    let new = store::acquire(&**pool.get().await.unwrap(), partition, "new", "http://new", ttl)
-        .await
-        .unwrap()
-        .expect("acquire succeeds once the owner's transaction ended");
+    let new = store::acquire(
+        &**pool.get().await.unwrap(),
+        partition,
+        "new",
+        "http://new",
+        ttl,
+    )
+    .await
+    .unwrap()
+    .expect("acquire succeeds once the owner's transaction ended");
     assert_eq!(new.epoch, old.epoch + 1);
 }
 
@@ -165,7 +235,9 @@ async fn only_one_of_many_concurrent_acquirers_wins_and_epochs_increase() {
         let pool = pool.clone();
         tokio::spawn(async move {
             let client = pool.get().await.unwrap();
-            store::acquire(&**client, 0, &format!("r{i}"), "http://x", ttl).await.unwrap()
+            store::acquire(&**client, 0, &format!("r{i}"), "http://x", ttl)
+                .await
+                .unwrap()
         })
     });
     let winners: Vec<_> = futures::future::join_all(attempts)
@@ -178,7 +250,12 @@ async fn only_one_of_many_concurrent_acquirers_wins_and_epochs_increase() {
 
     // Renewal needs holder and epoch; another replica's renewal is refused.
     let c = pool.get().await.unwrap();
-    assert_eq!(store::renew(&**c, "intruder", &[(0, first.epoch)], ttl).await.unwrap(), Vec::<u32>::new());
+    assert_eq!(
+        store::renew(&**c, "intruder", &[(0, first.epoch)], ttl)
+            .await
+            .unwrap(),
+        Vec::<u32>::new()
+    );
     // Release by the holder, then re-acquire by the same holder: a new, higher epoch (I5).
     let owner: String = client(&db)
         .await
@@ -186,13 +263,32 @@ async fn only_one_of_many_concurrent_acquirers_wins_and_epochs_increase() {
         .await
         .unwrap()
         .get(0);
-    assert!(store::release(&**c, 0, "intruder", first.epoch).await.unwrap().is_none());
-    assert!(store::release(&**c, 0, &owner, first.epoch).await.unwrap().is_some());
-    let again = store::acquire(&**c, 0, &owner, "http://x", ttl).await.unwrap().unwrap();
+    assert!(store::release(&**c, 0, "intruder", first.epoch)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store::release(&**c, 0, &owner, first.epoch)
+        .await
+        .unwrap()
+        .is_some());
+    let again = store::acquire(&**c, 0, &owner, "http://x", ttl)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(again.epoch, first.epoch + 1);
-    let restart = store::acquire(&**c, 0, &owner, "http://x", ttl).await.unwrap().unwrap();
-    assert_eq!(restart.epoch, again.epoch + 1, "a restart under the same id still bumps the epoch");
-    assert!(store::acquire(&**c, 0, "other", "http://y", ttl).await.unwrap().is_none());
+    let restart = store::acquire(&**c, 0, &owner, "http://x", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        restart.epoch,
+        again.epoch + 1,
+        "a restart under the same id still bumps the epoch"
+    );
+    assert!(store::acquire(&**c, 0, "other", "http://y", ttl)
+        .await
+        .unwrap()
+        .is_none());
 }
 
 #[tokio::test]
@@ -202,40 +298,79 @@ async fn tables_refuse_negative_stock_stale_epochs_and_ledger_edits() {
     let pg = client(&db).await;
     let partition = 2;
     let sku = sku_in(partition);
-    let lease = store::acquire(&**pool.get().await.unwrap(), partition, "o", "http://o", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
-    let fence = Fence { partition, epoch: lease.epoch, replica_id: "o".into() };
+    let lease = store::acquire(
+        &**pool.get().await.unwrap(),
+        partition,
+        "o",
+        "http://o",
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let fence = Fence {
+        partition,
+        epoch: lease.epoch,
+        replica_id: "o".into(),
+    };
     let mut conn = pool.get().await.unwrap();
-    fenced_transaction(&mut conn, &fence, &[Command::Adjust { adjustment_id: "s".into(), sku: sku.clone(), delta: 3 }])
-        .await
-        .unwrap();
+    fenced_transaction(
+        &mut conn,
+        &fence,
+        &[Command::Adjust {
+            adjustment_id: "s".into(),
+            sku: sku.clone(),
+            delta: 3,
+        }],
+    )
+    .await
+    .unwrap();
 
     let negative = pg
-        .execute("UPDATE inventory SET available = available - 4, held = held + 4 WHERE sku = $1", &[&sku])
+        .execute(
+            "UPDATE inventory SET available = available - 4, held = held + 4 WHERE sku = $1",
+            &[&sku],
+        )
         .await
         .expect_err("CHECK (available >= 0)");
     assert_eq!(negative.code().unwrap().code(), "23514");
     let unbalanced = pg
-        .execute("UPDATE inventory SET available = available - 1 WHERE sku = $1", &[&sku])
+        .execute(
+            "UPDATE inventory SET available = available - 1 WHERE sku = $1",
+            &[&sku],
+        )
         .await
         .expect_err("on_hand = available + held + confirmed");
     assert_eq!(unbalanced.code().unwrap().code(), "23514");
     let stale = pg
-        .execute("UPDATE inventory SET highest_epoch = highest_epoch - 1 WHERE sku = $1", &[&sku])
+        .execute(
+            "UPDATE inventory SET highest_epoch = highest_epoch - 1 WHERE sku = $1",
+            &[&sku],
+        )
         .await
         .expect_err("epoch fence trigger");
-    assert_eq!(stale.code().unwrap().code(), allocator::error::SQLSTATE_STALE_EPOCH);
+    assert_eq!(
+        stale.code().unwrap().code(),
+        allocator::error::SQLSTATE_STALE_EPOCH
+    );
     let edit = pg
-        .execute("UPDATE ledger SET d_available = 100 WHERE sku = $1", &[&sku])
+        .execute(
+            "UPDATE ledger SET d_available = 100 WHERE sku = $1",
+            &[&sku],
+        )
         .await
         .expect_err("append-only ledger");
     assert_eq!(edit.code().unwrap().code(), "FA003");
-    let delete = pg.execute("DELETE FROM ledger", &[]).await.expect_err("append-only ledger");
+    let delete = pg
+        .execute("DELETE FROM ledger", &[])
+        .await
+        .expect_err("append-only ledger");
     assert_eq!(delete.code().unwrap().code(), "FA003");
     let lease_back = pg
-        .execute("UPDATE leases SET epoch = 0 WHERE partition = $1", &[&(partition as i32)])
+        .execute(
+            "UPDATE leases SET epoch = 0 WHERE partition = $1",
+            &[&(partition as i32)],
+        )
         .await
         .expect_err("lease epochs never decrease");
     assert_eq!(lease_back.code().unwrap().code(), "FA002");
@@ -243,7 +378,9 @@ async fn tables_refuse_negative_stock_stale_epochs_and_ledger_edits() {
 
 #[tokio::test]
 async fn migrations_are_idempotent_and_keep_the_partition_count() {
-    let url = allocator::testkit::shared::fresh_database("mig").await.unwrap();
+    let url = allocator::testkit::shared::fresh_database("mig")
+        .await
+        .unwrap();
     // Several replicas migrating at once serialise on the advisory lock.
     let runs = (0..4).map(|_| {
         let url = url.clone();
@@ -261,10 +398,16 @@ async fn migrations_are_idempotent_and_keep_the_partition_count() {
     assert!(again.applied.is_empty());
     assert!(matches!(
         schema::initialise(&mut c, Some(16)).await,
-        Err(schema::SchemaError::PartitionCountMismatch { existing: 12, requested: 16 })
+        Err(schema::SchemaError::PartitionCountMismatch {
+            existing: 12,
+            requested: 16
+        })
     ));
     let leases: i64 = c
-        .query_one("SELECT count(*) FROM leases WHERE partition IS NOT NULL", &[])
+        .query_one(
+            "SELECT count(*) FROM leases WHERE partition IS NOT NULL",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);

@@ -30,7 +30,9 @@ pub enum SchemaError {
     Database(#[from] tokio_postgres::Error),
     #[error("migration failed: {0}")]
     Migration(#[from] refinery::Error),
-    #[error("cluster was initialised with {existing} partitions; refusing to change it to {requested}")]
+    #[error(
+        "cluster was initialised with {existing} partitions; refusing to change it to {requested}"
+    )]
     PartitionCountMismatch { existing: u32, requested: u32 },
     #[error("partition count must be between 1 and {MAX_PARTITIONS}, got {0}")]
     InvalidPartitionCount(u32),

@@ -96,7 +96,9 @@ impl AppState {
         metrics::counter!(m::MISDIRECTED_REQUESTS).increment(1);
         let lookup = async {
             let client = self.pool.get().await.ok()?;
-            assignment::read_partition(&**client, partition).await.ok()?
+            assignment::read_partition(&**client, partition)
+                .await
+                .ok()?
         };
         let entry = tokio::time::timeout(Duration::from_millis(500), lookup)
             .await
@@ -171,9 +173,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/v1/reservations/{reservation_id}").route(web::get().to(reservations::get)))
     .service(resource("/v1/inventory/{sku}").route(web::get().to(inventory::get)))
-    .service(
-        resource("/v1/inventory/{sku}/adjustments").route(web::post().to(inventory::adjust)),
-    )
+    .service(resource("/v1/inventory/{sku}/adjustments").route(web::post().to(inventory::adjust)))
     .service(resource("/v1/partitions").route(web::get().to(cluster::partitions)))
     .service(resource("/healthz").route(web::get().to(cluster::healthz)))
     .service(resource("/readyz").route(web::get().to(cluster::readyz)))

@@ -6,7 +6,9 @@ use super::{ApiError, AppState};
 use crate::assignment;
 use crate::fenced::{Command, Outcome};
 use crate::partition::partition_for;
-use crate::wire::{validate, Reservation, ReservationStatus, ReserveRequest, HEADER_EPOCH, HEADER_REPLAYED};
+use crate::wire::{
+    validate, Reservation, ReservationStatus, ReserveRequest, HEADER_EPOCH, HEADER_REPLAYED,
+};
 
 pub async fn reserve(
     state: web::Data<AppState>,
@@ -119,7 +121,9 @@ pub async fn get(
             &[&reservation_id],
         )
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("reservation {reservation_id} does not exist")))?;
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("reservation {reservation_id} does not exist"))
+        })?;
     let status: String = row.get(2);
     let overdue: Option<bool> = row.get(7);
     let status = match status.as_str() {

@@ -100,7 +100,10 @@ impl LeaseManager {
             }
             if let Some(stall) = dog.observe(self.ownership.now()) {
                 metrics::counter!(m::PROCESS_STALLS).increment(1);
-                tracing::warn!(stall_ms = stall.as_millis() as u64, "process stall detected, dropping every lease");
+                tracing::warn!(
+                    stall_ms = stall.as_millis() as u64,
+                    "process stall detected, dropping every lease"
+                );
                 self.ownership.lose_all(LossCause::Stall);
             }
             let remaining = self.ownership.expire_deadlines();
@@ -233,7 +236,12 @@ impl LeaseManager {
                     Ok(Ok(Some(a))) => {
                         let worker = spawn_worker(self.workers.clone(), partition, a.epoch);
                         self.ownership.install(partition, t0, a.epoch, worker);
-                        tracing::info!(partition, epoch = a.epoch, revision = a.revision, "lease acquired");
+                        tracing::info!(
+                            partition,
+                            epoch = a.epoch,
+                            revision = a.revision,
+                            "lease acquired"
+                        );
                         self.hints.publish(AssignmentHint {
                             kind: HintKind::Acquire,
                             partition,
@@ -292,7 +300,9 @@ impl LeaseManager {
                 });
             }
             Ok(Ok(None)) => tracing::info!(partition, epoch, "lease was no longer ours to release"),
-            Ok(Err(error)) => tracing::warn!(partition, epoch, %error, "lease release failed; it will expire"),
+            Ok(Err(error)) => {
+                tracing::warn!(partition, epoch, %error, "lease release failed; it will expire")
+            }
             Err(_) => tracing::warn!(partition, epoch, "lease release timed out; it will expire"),
         }
     }

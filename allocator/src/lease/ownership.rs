@@ -36,7 +36,10 @@ struct Slot {
 /// Where a request for a partition should go.
 #[derive(Debug, Clone)]
 pub enum Route {
-    Owned { epoch: i64, sender: mpsc::Sender<Job> },
+    Owned {
+        epoch: i64,
+        sender: mpsc::Sender<Job>,
+    },
     Uncertain,
     NotOwned,
 }
@@ -159,7 +162,12 @@ impl Ownership {
             w.cancel.cancel();
         }
         metrics::counter!(m::LEASE_LOSSES, "cause" => cause.as_str()).increment(1);
-        tracing::warn!(partition, epoch, cause = cause.as_str(), "lease lost, authority dropped");
+        tracing::warn!(
+            partition,
+            epoch,
+            cause = cause.as_str(),
+            "lease lost, authority dropped"
+        );
         worker
     }
 

@@ -78,17 +78,26 @@ impl LossCause {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseState {
     NotHeld,
-    Active { epoch: i64, safe_until: Instant },
+    Active {
+        epoch: i64,
+        safe_until: Instant,
+    },
     /// The last renewal failed or was ambiguous: no new work is admitted, but nobody else can
     /// hold the lease before `safe_until` either, so a successful renewal restores `Active`.
-    Uncertain { epoch: i64, safe_until: Instant },
+    Uncertain {
+        epoch: i64,
+        safe_until: Instant,
+    },
 }
 
 /// What a caller may do with a partition right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Authority {
     /// Work may start under this epoch and must finish before `safe_until`.
-    Granted { epoch: i64, safe_until: Instant },
+    Granted {
+        epoch: i64,
+        safe_until: Instant,
+    },
     /// The lease is held but unconfirmed: answer "try again shortly".
     Uncertain,
     NotHeld,
@@ -112,7 +121,8 @@ impl LeaseState {
     /// A renewal sent at `t0` was confirmed by the database.
     pub fn on_renewed(self, timing: &LeaseTiming, t0: Instant, now: Instant) -> Self {
         match self {
-            LeaseState::Active { epoch, safe_until } | LeaseState::Uncertain { epoch, safe_until } => {
+            LeaseState::Active { epoch, safe_until }
+            | LeaseState::Uncertain { epoch, safe_until } => {
                 // In-flight work was cancelled at the deadline; a confirmation arriving later
                 // must not revive the lease. Only a fresh acquire (and a new epoch) may.
                 if now >= safe_until {
@@ -151,10 +161,9 @@ impl LeaseState {
 
     pub fn authority(&self, now: Instant) -> Authority {
         match *self {
-            LeaseState::Active { epoch, safe_until } if now < safe_until => Authority::Granted {
-                epoch,
-                safe_until,
-            },
+            LeaseState::Active { epoch, safe_until } if now < safe_until => {
+                Authority::Granted { epoch, safe_until }
+            }
             LeaseState::Active { .. } | LeaseState::Uncertain { .. } => Authority::Uncertain,
             LeaseState::NotHeld => Authority::NotHeld,
         }
@@ -236,7 +245,11 @@ mod tests {
         clock.advance(Duration::from_millis(1500));
         let state = state.on_renew_failed();
         assert_eq!(state.authority(clock.now()), Authority::Uncertain);
-        assert_eq!(state.tick(clock.now()).1, None, "not lost before the deadline");
+        assert_eq!(
+            state.tick(clock.now()).1,
+            None,
+            "not lost before the deadline"
+        );
         // A later renewal that the database confirms restores authority with a new deadline.
         clock.advance(Duration::from_millis(500));
         let t0 = clock.now();
@@ -283,13 +296,23 @@ mod tests {
         clock.advance(Duration::from_millis(1000));
         // A confirmation for a request sent *before* the acquire must not move the deadline back.
         let state = state.on_renewed(&t, start - Duration::from_millis(500), clock.now());
-        assert_eq!(state.authority(clock.now()), Authority::Granted { epoch: 1, safe_until: start + Duration::from_secs(4) });
+        assert_eq!(
+            state.authority(clock.now()),
+            Authority::Granted {
+                epoch: 1,
+                safe_until: start + Duration::from_secs(4)
+            }
+        );
     }
 
     #[test]
     fn pause_longer_than_margin_is_detected() {
         let clock = ManualClock::new();
-        let mut dog = StallWatchdog::new(Duration::from_millis(100), Duration::from_secs(1), clock.now());
+        let mut dog = StallWatchdog::new(
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+            clock.now(),
+        );
         clock.advance(Duration::from_millis(100));
         assert_eq!(dog.observe(clock.now()), None);
         clock.advance(Duration::from_millis(1050));
@@ -305,14 +328,27 @@ mod tests {
         let state = LeaseState::on_acquired(&t, clock.now(), 5);
         clock.advance(Duration::from_secs(10));
         let (state, cause) = state.tick(clock.now());
-        assert_eq!((state, cause), (LeaseState::NotHeld, Some(LossCause::Deadline)));
+        assert_eq!(
+            (state, cause),
+            (LeaseState::NotHeld, Some(LossCause::Deadline))
+        );
         let state = LeaseState::on_acquired(&t, clock.now(), 6);
         assert_eq!(state.epoch(), Some(6));
     }
 
     #[test]
     fn timing_rejects_unsafe_configuration() {
-        assert!(LeaseTiming::new(Duration::from_secs(1), Duration::from_secs(1), Duration::from_millis(100)).is_err());
-        assert!(LeaseTiming::new(Duration::from_secs(5), Duration::from_secs(1), Duration::from_secs(4)).is_err());
+        assert!(LeaseTiming::new(
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Duration::from_millis(100)
+        )
+        .is_err());
+        assert!(LeaseTiming::new(
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            Duration::from_secs(4)
+        )
+        .is_err());
     }
 }

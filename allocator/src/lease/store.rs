@@ -43,7 +43,12 @@ pub async fn acquire<C: GenericClient>(
               WHERE name = $1
                 AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
           RETURNING epoch, revision",
-            &[&lease_name(partition), &replica_id, &advertise_url, &millis(ttl)],
+            &[
+                &lease_name(partition),
+                &replica_id,
+                &advertise_url,
+                &millis(ttl),
+            ],
         )
         .await?;
     Ok(row.map(|r| Acquired {

@@ -124,11 +124,9 @@ pub async fn wait_for_map(
 }
 
 pub fn all_owned_by_one_of(map: &PartitionMap, owners: &[&str]) -> bool {
-    map.partitions.iter().all(|p| {
-        p.owner_id
-            .as_deref()
-            .is_some_and(|o| owners.contains(&o))
-    })
+    map.partitions
+        .iter()
+        .all(|p| p.owner_id.as_deref().is_some_and(|o| owners.contains(&o)))
 }
 
 /// Restock `sku` by `delta` through `base`, retrying while ownership settles.

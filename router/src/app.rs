@@ -1,0 +1,232 @@
+//! Wiring: build every component once, start the background tasks, serve HTTP, stop cleanly.
+//!
+//! [`Application::build`] binds the listener (port 0 in tests; [`Application::port`] tells which
+//! port was bound), creates the database pool, the reqwest client and the assignment cache
+//! *outside* actix's per-worker factory so all workers share them, loads the map once
+//! (`startup`), and spawns the background tasks: the periodic poll, the Redis feed and metrics
+//! upkeep.
+//!
+//! **Shutdown.** One [`CancellationToken`] is the only shutdown signal. Cancelling it (SIGTERM or
+//! Ctrl-C in `main`, or a test calling [`Application::shutdown_token`]) stops the HTTP server
+//! gracefully (in-flight requests finish) and ends every background task;
+//! [`Application::run_until_stopped`] returns after all of them have finished. actix's own signal
+//! handling is disabled so there is exactly one path.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::Server;
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
+use deadpool_postgres::Pool;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::assignment_cache::AssignmentCache;
+use crate::config::RouterConfig;
+use crate::error::RouterError;
+use crate::feed::{self, FeedConfig};
+use crate::forward::{Forwarder, RetryPolicy};
+use crate::metrics::{self, RefreshCause};
+use crate::retry::Backoff;
+use crate::{db, poll, routes};
+
+/// How long in-flight requests may take to finish after shutdown is requested.
+const SHUTDOWN_GRACE_SECONDS: u64 = 10;
+/// Idle upstream connections are closed after this; below the allocator's 5 s keep-alive.
+const UPSTREAM_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+/// Period of the Prometheus recorder's upkeep (draining histogram buffers).
+const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Shared by all HTTP workers.
+pub struct AppState {
+    pub forwarder: Arc<Forwarder>,
+    pub cache: Arc<AssignmentCache>,
+    /// For reservation → partition lookups.
+    pub pool: Pool,
+    pub db_timeout: Duration,
+    pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// The cluster's partition count, known once a map has been loaded.
+    pub fn partition_count(&self) -> Result<u32, RouterError> {
+        match self.cache.current() {
+            Some(map) if map.partition_count() > 0 => Ok(map.partition_count()),
+            _ => Err(RouterError::Upstream {
+                status: 503,
+                outcome_unknown: false,
+                partition: None,
+                detail: "assignment map not loaded yet".to_owned(),
+            }),
+        }
+    }
+
+    /// The partition of `sku`, by the one shared hash.
+    pub fn partition_of(&self, sku: &str) -> Result<u32, RouterError> {
+        Ok(allocator::partition::partition_for(
+            sku,
+            self.partition_count()?,
+        ))
+    }
+}
+
+pub struct Application {
+    port: u16,
+    server: Server,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    cache: Arc<AssignmentCache>,
+}
+
+impl Application {
+    /// Build the router and bind its listener. Must be called inside a tokio runtime.
+    ///
+    /// PostgreSQL being down at startup is not fatal: the router starts unready (`/readyz` 503)
+    /// and the poll loads the map as soon as it can.
+    pub async fn build(config: RouterConfig) -> anyhow::Result<Application> {
+        config.validate()?;
+        let metrics_handle = metrics::install();
+        let pool = db::build_pool(&config)?;
+        let cache = Arc::new(AssignmentCache::new(pool.clone(), config.db_timeout));
+        match cache.refresh(RefreshCause::Startup, Instant::now()).await {
+            Ok(Some(map)) => tracing::info!(
+                revision = map.revision(),
+                partition_count = map.partition_count(),
+                "assignment map loaded"
+            ),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "starting without an assignment map; polling for it")
+            }
+        }
+
+        // One client for all workers: one connection pool, explicit timeouts. Idle connections
+        // are dropped before the allocator's keep-alive (actix's default, 5 s) would close them,
+        // so a request is rarely written into a connection the server is just closing — a reset
+        // there is indistinguishable from a crash and would count as "may have been applied".
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.upstream_connect_timeout)
+            .timeout(config.upstream_request_timeout)
+            .pool_idle_timeout(UPSTREAM_POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .build()
+            .context("building the upstream http client")?;
+        let forwarder = Arc::new(Forwarder::new(
+            http,
+            cache.clone(),
+            RetryPolicy {
+                deadline: config.retry_deadline,
+                backoff: Backoff {
+                    base: config.backoff_base,
+                    max: config.backoff_max,
+                },
+                attempt_timeout: config.upstream_request_timeout,
+            },
+        ));
+
+        let shutdown = CancellationToken::new();
+        let mut tasks = vec![tokio::spawn(poll::run(
+            cache.clone(),
+            config.poll_interval,
+            shutdown.clone(),
+        ))];
+        match &config.redis_url {
+            Some(url) => tasks.push(tokio::spawn(feed::run(
+                FeedConfig {
+                    redis_url: url.clone(),
+                    reconnect_max: config.feed_reconnect_max,
+                    ping_interval: config.feed_ping_interval,
+                },
+                cache.clone(),
+                shutdown.clone(),
+            ))),
+            None => tracing::warn!("no redis url; routing by polling only"),
+        }
+        tasks.push(tokio::spawn(metrics_upkeep(
+            metrics_handle.clone(),
+            shutdown.clone(),
+        )));
+
+        let listener = TcpListener::bind(&config.listen)
+            .with_context(|| format!("binding {}", config.listen))?;
+        let port = listener.local_addr()?.port();
+        let state = web::Data::new(AppState {
+            forwarder,
+            cache: cache.clone(),
+            pool,
+            db_timeout: config.db_timeout,
+            metrics: metrics_handle,
+        });
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .configure(routes::configure)
+                .default_service(web::to(routes::not_found))
+        })
+        .disable_signals()
+        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS)
+        .listen(listener)?;
+        if let Some(workers) = config.workers {
+            server = server.workers(workers);
+        }
+        let server = server.run();
+
+        let handle = server.handle();
+        let stop_signal = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            stop_signal.cancelled().await;
+            tracing::info!("shutdown requested; draining http requests");
+            handle.stop(true).await;
+        }));
+        tracing::info!(port, listen = %config.listen, "router listening");
+        Ok(Application {
+            port,
+            server,
+            shutdown,
+            tasks,
+            cache,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Cancel it to stop the router gracefully.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// The router's assignment cache (for tests and diagnostics).
+    pub fn cache(&self) -> Arc<AssignmentCache> {
+        self.cache.clone()
+    }
+
+    /// Serve until shutdown is requested (or the server fails), then stop every background task
+    /// and wait for them.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let result = self.server.await;
+        self.shutdown.cancel();
+        for task in self.tasks {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "background task failed");
+            }
+        }
+        tracing::info!("router stopped");
+        result.context("http server failed")
+    }
+}
+
+async fn metrics_upkeep(handle: PrometheusHandle, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(METRICS_UPKEEP_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => handle.run_upkeep(),
+        }
+    }
+}

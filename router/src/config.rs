@@ -1,0 +1,218 @@
+//! Command line and runtime configuration.
+//!
+//! Every flag can also be set from the environment (`env` on every argument), because routers run
+//! under orchestrators that configure through the environment. [`ServeArgs`] is the raw command
+//! line; [`RouterConfig`] is the validated runtime form with [`Duration`]s, which tests build
+//! directly (`RouterConfig::new`) instead of going through clap.
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "router",
+    version,
+    about = "Routes the public reservation API to the allocator that owns each partition"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the public API.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// PostgreSQL holding the lease table (the assignment map) and the reservations.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+
+    /// Redis carrying assignment hints. Optional at runtime: without it (or while it is down) the
+    /// router keeps routing correctly from the periodic poll.
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, env = "ROUTER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+
+    /// How often the assignment map is re-read from PostgreSQL regardless of hints; the upper
+    /// bound on staleness when Redis is down.
+    #[arg(long, env = "ROUTER_POLL_INTERVAL_MS", default_value_t = 1000)]
+    pub poll_interval_ms: u64,
+
+    /// Total time one client request may spend retrying upstream before the router answers
+    /// `upstream-unavailable`.
+    #[arg(long, env = "ROUTER_RETRY_DEADLINE_MS", default_value_t = 5000)]
+    pub retry_deadline_ms: u64,
+
+    /// First retry delay; doubles per attempt up to `--backoff-max-ms`, with jitter.
+    #[arg(long, env = "ROUTER_BACKOFF_BASE_MS", default_value_t = 25)]
+    pub backoff_base_ms: u64,
+
+    /// Largest retry delay.
+    #[arg(long, env = "ROUTER_BACKOFF_MAX_MS", default_value_t = 500)]
+    pub backoff_max_ms: u64,
+
+    /// TCP connect timeout towards an allocator.
+    #[arg(
+        long,
+        env = "ROUTER_UPSTREAM_CONNECT_TIMEOUT_MS",
+        default_value_t = 500
+    )]
+    pub upstream_connect_timeout_ms: u64,
+
+    /// Timeout of one upstream attempt (connect, send, full response); also capped by what is
+    /// left of the retry deadline.
+    #[arg(
+        long,
+        env = "ROUTER_UPSTREAM_REQUEST_TIMEOUT_MS",
+        default_value_t = 2000
+    )]
+    pub upstream_request_timeout_ms: u64,
+
+    /// PostgreSQL connections per router.
+    #[arg(long, env = "ROUTER_DB_POOL_SIZE", default_value_t = 8)]
+    pub db_pool_size: usize,
+
+    /// Bound on waiting for a pooled connection, on connecting, and on each routing query.
+    #[arg(long, env = "ROUTER_DB_TIMEOUT_MS", default_value_t = 2000)]
+    pub db_timeout_ms: u64,
+
+    /// HTTP worker threads; defaults to the number of CPUs.
+    #[arg(long, env = "ROUTER_WORKERS")]
+    pub workers: Option<usize>,
+}
+
+/// Validated runtime configuration.
+#[derive(Debug, Clone)]
+pub struct RouterConfig {
+    pub database_url: String,
+    /// `None` runs on polling alone.
+    pub redis_url: Option<String>,
+    pub listen: String,
+    pub poll_interval: Duration,
+    pub retry_deadline: Duration,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    pub upstream_connect_timeout: Duration,
+    pub upstream_request_timeout: Duration,
+    pub db_pool_size: usize,
+    pub db_timeout: Duration,
+    pub workers: Option<usize>,
+    /// How long the Redis feed waits between connection attempts at most (backoff cap).
+    pub feed_reconnect_max: Duration,
+    /// How often the feed pings Redis; a subscription on a frozen server would otherwise look
+    /// healthy forever.
+    pub feed_ping_interval: Duration,
+}
+
+impl RouterConfig {
+    /// Defaults matching the command line's, for the given database.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        RouterConfig {
+            database_url: database_url.into(),
+            redis_url: None,
+            listen: "127.0.0.1:8080".to_owned(),
+            poll_interval: Duration::from_millis(1000),
+            retry_deadline: Duration::from_millis(5000),
+            backoff_base: Duration::from_millis(25),
+            backoff_max: Duration::from_millis(500),
+            upstream_connect_timeout: Duration::from_millis(500),
+            upstream_request_timeout: Duration::from_millis(2000),
+            db_pool_size: 8,
+            db_timeout: Duration::from_millis(2000),
+            workers: None,
+            feed_reconnect_max: Duration::from_secs(5),
+            feed_ping_interval: Duration::from_secs(2),
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("poll interval", self.poll_interval),
+            ("retry deadline", self.retry_deadline),
+            ("backoff base", self.backoff_base),
+            ("upstream connect timeout", self.upstream_connect_timeout),
+            ("upstream request timeout", self.upstream_request_timeout),
+            ("db timeout", self.db_timeout),
+            ("feed reconnect max", self.feed_reconnect_max),
+            ("feed ping interval", self.feed_ping_interval),
+        ];
+        for (name, value) in positive {
+            if value.is_zero() {
+                bail!("{name} must be positive");
+            }
+        }
+        if self.backoff_max < self.backoff_base {
+            bail!("backoff max must be at least backoff base");
+        }
+        if self.db_pool_size == 0 {
+            bail!("db pool size must be positive");
+        }
+        if self.workers == Some(0) {
+            bail!("workers must be positive");
+        }
+        Ok(())
+    }
+}
+
+impl From<ServeArgs> for RouterConfig {
+    fn from(args: ServeArgs) -> Self {
+        let ms = Duration::from_millis;
+        RouterConfig {
+            database_url: args.database_url,
+            redis_url: args.redis_url.filter(|u| !u.is_empty()),
+            listen: args.listen,
+            poll_interval: ms(args.poll_interval_ms),
+            retry_deadline: ms(args.retry_deadline_ms),
+            backoff_base: ms(args.backoff_base_ms),
+            backoff_max: ms(args.backoff_max_ms),
+            upstream_connect_timeout: ms(args.upstream_connect_timeout_ms),
+            upstream_request_timeout: ms(args.upstream_request_timeout_ms),
+            db_pool_size: args.db_pool_size,
+            db_timeout: ms(args.db_timeout_ms),
+            workers: args.workers,
+            ..RouterConfig::new(String::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_defaults_match_new() {
+        let cli = Cli::try_parse_from([
+            "router",
+            "serve",
+            "--database-url",
+            "postgres://x/y",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command;
+        let config = RouterConfig::from(args);
+        let defaults = RouterConfig::new("postgres://x/y");
+        assert_eq!(config.poll_interval, defaults.poll_interval);
+        assert_eq!(config.retry_deadline, defaults.retry_deadline);
+        assert_eq!(config.db_pool_size, defaults.db_pool_size);
+        assert_eq!(config.redis_url, None);
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn rejects_zero_durations() {
+        let mut config = RouterConfig::new("postgres://x/y");
+        config.retry_deadline = Duration::ZERO;
+        assert!(config.validate().is_err());
+    }
+}

@@ -1,0 +1,83 @@
+//! The router's PostgreSQL access: a small bounded pool and the two read-only lookups routing
+//! needs (the assignment map, and the partition of an existing reservation).
+//!
+//! deadpool's timeouts default to none, which would let a frozen database park every request
+//! forever; every wait here is bounded by `db_timeout` (waiting for a pooled connection,
+//! connecting, recycling, and each query as a whole).
+
+use std::time::Duration;
+
+use allocator::wire::PartitionMap;
+use anyhow::Context;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use crate::config::RouterConfig;
+
+/// Why a database lookup failed; both kinds mean "try again later", never "not found".
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("database did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("no database connection: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("query failed: {0}")]
+    Query(#[from] tokio_postgres::Error),
+}
+
+/// Builds the pool without connecting; connections are made on first use, so the router starts
+/// even while PostgreSQL is down.
+pub fn build_pool(config: &RouterConfig) -> anyhow::Result<Pool> {
+    let mut pg: tokio_postgres::Config = config
+        .database_url
+        .parse()
+        .context("parsing the database url")?;
+    pg.connect_timeout(config.db_timeout);
+    pg.application_name("router");
+    let manager = Manager::from_config(
+        pg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(config.db_pool_size)
+        .wait_timeout(Some(config.db_timeout))
+        .create_timeout(Some(config.db_timeout))
+        .recycle_timeout(Some(config.db_timeout))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .context("building the database pool")
+}
+
+/// Read the whole assignment map with [`allocator::assignment::read_map`].
+pub async fn read_map(pool: &Pool, timeout: Duration) -> Result<PartitionMap, DbError> {
+    bounded(timeout, async {
+        let client = pool.get().await?;
+        Ok(allocator::assignment::read_map(&**client).await?)
+    })
+    .await
+}
+
+/// The partition of reservation `id`, or `None` if no such reservation exists.
+pub async fn reservation_partition(
+    pool: &Pool,
+    timeout: Duration,
+    id: &str,
+) -> Result<Option<u32>, DbError> {
+    bounded(timeout, async {
+        let client = pool.get().await?;
+        Ok(allocator::assignment::reservation_partition(&**client, id).await?)
+    })
+    .await
+}
+
+async fn bounded<T>(
+    timeout: Duration,
+    fut: impl std::future::Future<Output = Result<T, DbError>>,
+) -> Result<T, DbError> {
+    tokio::time::timeout(timeout, fut)
+        .await
+        .unwrap_or(Err(DbError::Timeout(timeout)))
+}

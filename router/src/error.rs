@@ -1,0 +1,173 @@
+//! The router's own errors, each rendered as an RFC 9457 `application/problem+json` answer.
+//!
+//! Answers that come from an allocator (out of stock, invalid state, ...) are not errors here:
+//! they are passed through verbatim by [`crate::forward`]. This enum covers what the router itself
+//! decides: bad input, an unknown reservation, PostgreSQL unreachable for a routing lookup, and
+//! giving up on an upstream within the retry deadline.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use allocator::wire::{problem_type, Problem, PROBLEM_CONTENT_TYPE};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    /// Malformed, oversized or out-of-bounds input; never forwarded.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+
+    /// The body exceeds `limits::BODY_MAX_BYTES`.
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+
+    /// The router knows the thing does not exist (e.g. no reservation with that id).
+    #[error("not found: {0}")]
+    NotFound(String),
+
+    /// PostgreSQL could not answer a routing lookup (reservation → partition) in time.
+    #[error("routing storage unavailable: {0}")]
+    Storage(String),
+
+    /// Retries were exhausted. `outcome_unknown` tells the client whether the request may have
+    /// been applied, i.e. whether it must retry with the same id before assuming anything.
+    #[error("upstream unavailable for partition {partition:?}: {detail}")]
+    Upstream {
+        /// 503, or 504 when the last attempt timed out.
+        status: u16,
+        outcome_unknown: bool,
+        partition: Option<u32>,
+        detail: String,
+    },
+
+    /// A bug; should never be produced.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl RouterError {
+    /// The problem document for this error.
+    pub fn problem(&self) -> Problem {
+        let status = self.status_code().as_u16();
+        match self {
+            RouterError::InvalidRequest(detail) => Problem {
+                kind: problem_type::INVALID_REQUEST.to_owned(),
+                title: "invalid request".to_owned(),
+                status,
+                detail: Some(detail.clone()),
+                ..Problem::default()
+            },
+            RouterError::PayloadTooLarge(_) => Problem {
+                kind: problem_type::INVALID_REQUEST.to_owned(),
+                title: "request body too large".to_owned(),
+                status,
+                detail: Some(self.to_string()),
+                ..Problem::default()
+            },
+            RouterError::NotFound(detail) => Problem {
+                kind: problem_type::NOT_FOUND.to_owned(),
+                title: "not found".to_owned(),
+                status,
+                detail: Some(detail.clone()),
+                ..Problem::default()
+            },
+            RouterError::Storage(detail) => Problem {
+                kind: problem_type::STORAGE_UNAVAILABLE.to_owned(),
+                title: "routing storage unavailable".to_owned(),
+                status,
+                detail: Some(detail.clone()),
+                outcome_unknown: Some(false),
+                ..Problem::default()
+            },
+            RouterError::Upstream {
+                outcome_unknown,
+                partition,
+                detail,
+                ..
+            } => Problem {
+                kind: problem_type::UPSTREAM_UNAVAILABLE.to_owned(),
+                title: "upstream unavailable".to_owned(),
+                status,
+                detail: Some(detail.clone()),
+                partition: *partition,
+                outcome_unknown: Some(*outcome_unknown),
+                ..Problem::default()
+            },
+            RouterError::Internal(detail) => Problem {
+                kind: problem_type::INTERNAL.to_owned(),
+                title: "internal error".to_owned(),
+                status,
+                detail: Some(detail.clone()),
+                ..Problem::default()
+            },
+        }
+    }
+}
+
+impl ResponseError for RouterError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            RouterError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            RouterError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            RouterError::NotFound(_) => StatusCode::NOT_FOUND,
+            RouterError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
+            RouterError::Upstream { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+            }
+            RouterError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut builder = HttpResponse::build(self.status_code());
+        if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
+            builder.insert_header((header::RETRY_AFTER, "1"));
+        }
+        problem_response(builder, &self.problem())
+    }
+}
+
+/// Render any serialisable problem document with the problem content type.
+pub fn problem_response<T: serde::Serialize>(
+    mut builder: actix_web::HttpResponseBuilder,
+    problem: &T,
+) -> HttpResponse {
+    match serde_json::to_vec(problem) {
+        Ok(body) => builder
+            .insert_header((header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE))
+            .body(body),
+        // Serialising plain structs cannot fail; answer something well-formed anyway.
+        Err(_) => HttpResponse::InternalServerError()
+            .insert_header((header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE))
+            .body(r#"{"type":"urn:allocator:problem:internal","title":"internal error","status":500}"#),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_problem_carries_outcome_unknown() {
+        let err = RouterError::Upstream {
+            status: 504,
+            outcome_unknown: true,
+            partition: Some(7),
+            detail: "timed out".into(),
+        };
+        assert_eq!(err.status_code(), StatusCode::GATEWAY_TIMEOUT);
+        let p = err.problem();
+        assert_eq!(p.kind, problem_type::UPSTREAM_UNAVAILABLE);
+        assert_eq!(p.status, 504);
+        assert_eq!(p.outcome_unknown, Some(true));
+        assert_eq!(p.partition, Some(7));
+    }
+
+    #[test]
+    fn invalid_request_is_400_problem() {
+        let resp = RouterError::InvalidRequest("bad".into()).error_response();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            resp.headers().get(header::CONTENT_TYPE).unwrap(),
+            PROBLEM_CONTENT_TYPE
+        );
+    }
+}

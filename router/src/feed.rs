@@ -1,0 +1,207 @@
+//! The Redis assignment feed: hints that make the router re-read the map soon after ownership
+//! changes, instead of waiting for the next poll.
+//!
+//! Redis is never an authority (DESIGN.md §3). A hint ([`AssignmentHint`]) only *triggers* a
+//! re-read of PostgreSQL; its contents are used for logs and for gap detection, never applied to
+//! the map. Pub/sub delivers at most once and forgets everything while a subscriber is away, so:
+//!
+//! * on every (re)connect the map is re-read (cause `reconnect`), covering hints missed while
+//!   disconnected;
+//! * a hint whose revision skips past everything seen so far is a `gap` (a hint was lost or is
+//!   still in flight); it is re-read like any other hint but counted separately;
+//! * a frozen Redis keeps the TCP connection open and silent, so the feed pings every
+//!   `feed_ping_interval` and treats a missing pong as a disconnect.
+//!
+//! The feed runs in the background and reconnects with capped, jittered backoff forever; the
+//! router starts and serves without Redis (routing then relies on [`crate::poll`]).
+//! `router_redis_feed_connected` is 1 only while subscribed and answering pings.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use allocator::assignment::{AssignmentHint, HINT_CHANNEL};
+use futures::{FutureExt, StreamExt};
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::assignment_cache::AssignmentCache;
+use crate::metrics::{self, RefreshCause};
+use crate::retry::Backoff;
+
+/// How long connecting and subscribing may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// First reconnect delay.
+const RECONNECT_BASE: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone)]
+pub struct FeedConfig {
+    pub redis_url: String,
+    /// Cap of the reconnect backoff.
+    pub reconnect_max: Duration,
+    /// Ping period; also the ping timeout.
+    pub ping_interval: Duration,
+}
+
+/// Why a subscription ended.
+enum Ended {
+    Shutdown,
+    Lost(String),
+}
+
+/// Whether a hint with `hint_revision` reveals missed changes, given the highest revision known
+/// so far (from the map or earlier hints on this connection).
+pub fn hint_cause(known: Option<i64>, hint_revision: i64) -> RefreshCause {
+    match known {
+        Some(known) if hint_revision > known.saturating_add(1) => RefreshCause::Gap,
+        _ => RefreshCause::Hint,
+    }
+}
+
+/// Run the feed until `shutdown` is cancelled.
+pub async fn run(config: FeedConfig, cache: Arc<AssignmentCache>, shutdown: CancellationToken) {
+    metrics::set_redis_feed_connected(false);
+    let client = match redis::Client::open(config.redis_url.as_str()) {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid redis url; hint feed disabled, routing by polling only");
+            return;
+        }
+    };
+    let backoff = Backoff {
+        base: RECONNECT_BASE,
+        max: config.reconnect_max.max(RECONNECT_BASE),
+    };
+    let mut failures = 0u32;
+    loop {
+        let attempt = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = tokio::time::timeout(CONNECT_TIMEOUT, subscribe(&client)) => r,
+        };
+        match attempt {
+            Ok(Ok((sink, stream))) => {
+                failures = 0;
+                metrics::set_redis_feed_connected(true);
+                tracing::info!(channel = HINT_CHANNEL, "redis feed connected");
+                // Hints published while we were not subscribed are gone: re-read.
+                let _ = cache.refresh(RefreshCause::Reconnect, Instant::now()).await;
+                let ended = listen(sink, stream, &cache, &config, &shutdown).await;
+                metrics::set_redis_feed_connected(false);
+                match ended {
+                    Ended::Shutdown => break,
+                    Ended::Lost(reason) => {
+                        tracing::warn!(reason = %reason, "redis feed disconnected; reconnecting")
+                    }
+                }
+            }
+            Ok(Err(e)) => log_connect_failure(failures, &e.to_string()),
+            Err(_) => log_connect_failure(failures, "connect timed out"),
+        }
+        let delay = backoff.delay(failures);
+        failures = failures.saturating_add(1);
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+    metrics::set_redis_feed_connected(false);
+    tracing::info!("redis feed stopped");
+}
+
+fn log_connect_failure(failures: u32, error: &str) {
+    // Loud on the first failure and then every tenth, so a long Redis outage does not flood logs.
+    if failures.is_multiple_of(10) {
+        tracing::warn!(
+            error,
+            failures,
+            "redis feed unavailable; routing by polling"
+        );
+    } else {
+        tracing::debug!(error, failures, "redis feed reconnect failed");
+    }
+}
+
+async fn subscribe(client: &redis::Client) -> redis::RedisResult<(PubSubSink, PubSubStream)> {
+    let (mut sink, stream) = client.get_async_pubsub().await?.split();
+    sink.subscribe(HINT_CHANNEL).await?;
+    Ok((sink, stream))
+}
+
+async fn listen(
+    mut sink: PubSubSink,
+    mut stream: PubSubStream,
+    cache: &AssignmentCache,
+    config: &FeedConfig,
+    shutdown: &CancellationToken,
+) -> Ended {
+    let mut known: Option<i64> = None;
+    let mut ping = tokio::time::interval(config.ping_interval);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ended::Shutdown,
+            msg = stream.next() => {
+                let Some(first) = msg else {
+                    return Ended::Lost("subscription stream ended".to_owned());
+                };
+                // Drain what is already queued so a burst of hints costs one re-read.
+                let mut batch = vec![first];
+                while let Some(Some(msg)) = stream.next().now_or_never() {
+                    batch.push(msg);
+                }
+                known = known.max(cache.current().map(|m| m.revision()));
+                let mut cause = RefreshCause::Hint;
+                for msg in &batch {
+                    match serde_json::from_slice::<AssignmentHint>(msg.get_payload_bytes()) {
+                        Ok(hint) => {
+                            if hint_cause(known, hint.revision) == RefreshCause::Gap {
+                                cause = RefreshCause::Gap;
+                            }
+                            known = known.max(Some(hint.revision));
+                            tracing::debug!(
+                                kind = ?hint.kind,
+                                partition = hint.partition,
+                                epoch = hint.epoch,
+                                revision = hint.revision,
+                                owner_id = %hint.owner_id,
+                                "assignment hint received"
+                            );
+                        }
+                        Err(e) => tracing::warn!(error = %e, "malformed assignment hint; re-reading anyway"),
+                    }
+                }
+                if cause == RefreshCause::Gap {
+                    tracing::info!(revision = known, "assignment hint gap; full re-read");
+                }
+                let _ = cache.refresh(cause, Instant::now()).await;
+            }
+            _ = ping.tick() => {
+                match tokio::time::timeout(config.ping_interval, sink.ping::<redis::Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Ended::Lost(format!("ping failed: {e}")),
+                    Err(_) => return Ended::Lost("ping timed out".to_owned()),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consecutive_revisions_are_plain_hints() {
+        assert_eq!(hint_cause(None, 17), RefreshCause::Hint);
+        assert_eq!(hint_cause(Some(16), 17), RefreshCause::Hint);
+        // Older or duplicate hints (reordered publishers) are not gaps.
+        assert_eq!(hint_cause(Some(20), 17), RefreshCause::Hint);
+        assert_eq!(hint_cause(Some(17), 17), RefreshCause::Hint);
+    }
+
+    #[test]
+    fn skipped_revisions_are_gaps() {
+        assert_eq!(hint_cause(Some(15), 17), RefreshCause::Gap);
+        assert_eq!(hint_cause(Some(i64::MAX), 17), RefreshCause::Hint);
+    }
+}

@@ -1,0 +1,401 @@
+//! Forwarding one client request to the owner of its partition, with retries that keep
+//! idempotency.
+//!
+//! One [`Forwarder::forward`] call is one client request. Each attempt looks the partition's owner
+//! up in the *current* map (it may have been refreshed since the last attempt), sends the request
+//! with `X-Assignment-Revision` and `X-Expected-Epoch`, and then:
+//!
+//! * any answer other than `421`/`503` is final and passed through verbatim (status, body,
+//!   `Content-Type`, `Idempotent-Replayed`, `Retry-After`, `X-Partition-Epoch`);
+//! * `421`, `503`, "no owner in the map", connect errors, timeouts and lost connections refresh the
+//!   map (coalesced, see [`crate::assignment_cache`]), back off with jitter and try again, with the
+//!   *same* request, so the same reservation/adjustment id;
+//! * when the retry deadline would be exceeded the router answers `upstream-unavailable` (503, or
+//!   504 after a timeout) with `outcome_unknown` (see [`crate::retry`] for the rule).
+//!
+//! Every request the router forwards is safe to repeat: GETs by nature, POSTs because each
+//! carries an id the allocator deduplicates on. Nothing without an id is ever forwarded.
+//!
+//! The reqwest client is built once per router (in [`crate::app`], not per actix worker) so all
+//! workers share one connection pool, and carries explicit connect and per-attempt timeouts.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::http::StatusCode;
+use actix_web::HttpResponse;
+use allocator::wire::{
+    Problem, HEADER_ASSIGNMENT_REVISION, HEADER_EPOCH, HEADER_EXPECTED_EPOCH, HEADER_REPLAYED,
+};
+use serde::de::DeserializeOwned;
+
+use crate::assignment_cache::{AssignmentCache, Route};
+use crate::error::RouterError;
+use crate::metrics::{self, ForwardOutcome, RefreshCause};
+use crate::retry::{give_up_status, AttemptFailure, Backoff};
+
+/// Response header naming the allocator replica that answered (for operators and tests).
+pub const HEADER_SERVED_BY: &str = "X-Served-By";
+
+/// Upstream response headers passed through to the client.
+const PASSTHROUGH_HEADERS: &[&str] =
+    &["content-type", HEADER_REPLAYED, "retry-after", HEADER_EPOCH];
+
+/// How far back a completed map read still counts as fresh after a connect error, timeout or
+/// `503` (a `421` always asks for a read started after it).
+const UPSTREAM_ERROR_REFRESH_WINDOW: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Total time one client request may spend on attempts and backoff.
+    pub deadline: Duration,
+    pub backoff: Backoff,
+    /// Bound on one attempt (also capped by what is left of the deadline).
+    pub attempt_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+}
+
+/// A request to forward, already validated and routed to a partition.
+#[derive(Debug, Clone)]
+pub struct UpstreamRequest {
+    pub method: Method,
+    /// Path and query, percent-encoded, starting with `/`.
+    pub path: String,
+    /// JSON body, re-serialised from the validated request.
+    pub body: Option<Vec<u8>>,
+    pub partition: u32,
+    /// For logs only.
+    pub reservation_id: Option<String>,
+}
+
+impl UpstreamRequest {
+    pub fn get(path: String, partition: u32) -> Self {
+        UpstreamRequest {
+            method: Method::Get,
+            path,
+            body: None,
+            partition,
+            reservation_id: None,
+        }
+    }
+
+    pub fn post(path: String, partition: u32) -> Self {
+        UpstreamRequest {
+            method: Method::Post,
+            ..Self::get(path, partition)
+        }
+    }
+
+    pub fn json<T: serde::Serialize>(mut self, body: &T) -> Result<Self, RouterError> {
+        self.body = Some(
+            serde_json::to_vec(body)
+                .map_err(|e| RouterError::Internal(format!("serialising request: {e}")))?,
+        );
+        Ok(self)
+    }
+
+    pub fn reservation(mut self, id: &str) -> Self {
+        self.reservation_id = Some(id.to_owned());
+        self
+    }
+}
+
+/// A final answer from an owner.
+#[derive(Debug, Clone)]
+pub struct UpstreamResponse {
+    pub status: u16,
+    /// Passed-through headers (lower-case names).
+    pub headers: Vec<(String, String)>,
+    pub body: actix_web::web::Bytes,
+    /// The route the answer came through.
+    pub route: Route,
+    /// Attempts made (1 when the first one answered).
+    pub attempts: u32,
+}
+
+impl UpstreamResponse {
+    /// Parse the body as JSON, e.g. a `Reservation` or a `Problem`.
+    pub fn json<T: DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_slice(&self.body).ok()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The client-facing response: the owner's status, body and selected headers, plus which
+    /// replica served it under which map revision.
+    pub fn into_http_response(self) -> HttpResponse {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut builder = HttpResponse::build(status);
+        for (name, value) in &self.headers {
+            builder.insert_header((name.as_str(), value.as_str()));
+        }
+        builder.insert_header((HEADER_SERVED_BY, self.route.owner_id.as_str()));
+        builder.insert_header((
+            HEADER_ASSIGNMENT_REVISION,
+            self.route.map_revision.to_string(),
+        ));
+        builder.body(self.body)
+    }
+}
+
+/// Forwards requests; one per router, shared by all workers.
+pub struct Forwarder {
+    http: reqwest::Client,
+    cache: Arc<AssignmentCache>,
+    policy: RetryPolicy,
+}
+
+impl Forwarder {
+    pub fn new(http: reqwest::Client, cache: Arc<AssignmentCache>, policy: RetryPolicy) -> Self {
+        Forwarder {
+            http,
+            cache,
+            policy,
+        }
+    }
+
+    pub fn cache(&self) -> &Arc<AssignmentCache> {
+        &self.cache
+    }
+
+    /// Forward `req` to the partition's owner, retrying within the deadline.
+    pub async fn forward(&self, req: &UpstreamRequest) -> Result<UpstreamResponse, RouterError> {
+        let started = Instant::now();
+        let deadline = started + self.policy.deadline;
+        let mut maybe_applied = false;
+        let mut retries = 0u32;
+        loop {
+            let route = self.cache.current().and_then(|m| m.route(req.partition));
+            let failure = match &route {
+                None => AttemptFailure::NoOwner,
+                Some(route) => {
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    let timeout = remaining.min(self.policy.attempt_timeout);
+                    match self.attempt(req, route, timeout).await {
+                        Ok(mut resp) => {
+                            resp.attempts = retries + 1;
+                            let outcome = match resp.status {
+                                200..=299 => ForwardOutcome::Success,
+                                400..=499 => ForwardOutcome::Rejected,
+                                _ => ForwardOutcome::UpstreamError,
+                            };
+                            metrics::record_forward(outcome, started.elapsed().as_secs_f64());
+                            if retries > 0 {
+                                tracing::info!(
+                                    partition = req.partition,
+                                    epoch = route.epoch,
+                                    revision = route.map_revision,
+                                    owner_id = %route.owner_id,
+                                    reservation_id = req.reservation_id.as_deref(),
+                                    retries,
+                                    status = resp.status,
+                                    elapsed_ms = started.elapsed().as_millis() as u64,
+                                    "forward settled after retries"
+                                );
+                            }
+                            return Ok(resp);
+                        }
+                        Err(failure) => failure,
+                    }
+                }
+            };
+            maybe_applied |= failure.may_have_applied();
+            tracing::debug!(
+                partition = req.partition,
+                epoch = route.as_ref().map(|r| r.epoch),
+                revision = route.as_ref().map(|r| r.map_revision),
+                owner_id = route.as_ref().map(|r| r.owner_id.as_str()),
+                reservation_id = req.reservation_id.as_deref(),
+                failure = ?failure,
+                retries,
+                "upstream attempt failed"
+            );
+
+            let now = Instant::now();
+            let (cause, fresh_after) = if failure == AttemptFailure::Misdirected {
+                (RefreshCause::Misdirected, now)
+            } else {
+                (
+                    RefreshCause::UpstreamError,
+                    now.checked_sub(UPSTREAM_ERROR_REFRESH_WINDOW)
+                        .unwrap_or(now),
+                )
+            };
+            let remaining = deadline.saturating_duration_since(now);
+            // A failed refresh is logged by the cache; we keep retrying on the current map.
+            let _ = tokio::time::timeout(remaining, self.cache.refresh(cause, fresh_after)).await;
+
+            let delay = self.policy.backoff.delay(retries);
+            if Instant::now() + delay >= deadline {
+                return Err(self.give_up(req, failure, maybe_applied, started));
+            }
+            metrics::record_retry(failure.cause().as_str());
+            tokio::time::sleep(delay).await;
+            retries += 1;
+        }
+    }
+
+    fn give_up(
+        &self,
+        req: &UpstreamRequest,
+        last: AttemptFailure,
+        maybe_applied: bool,
+        started: Instant,
+    ) -> RouterError {
+        let outcome = if maybe_applied {
+            ForwardOutcome::OutcomeUnknown
+        } else {
+            ForwardOutcome::Unavailable
+        };
+        metrics::record_forward(outcome, started.elapsed().as_secs_f64());
+        tracing::warn!(
+            partition = req.partition,
+            reservation_id = req.reservation_id.as_deref(),
+            outcome = outcome.as_str(),
+            last_failure = ?last,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "gave up forwarding"
+        );
+        RouterError::Upstream {
+            status: give_up_status(last),
+            outcome_unknown: maybe_applied,
+            partition: Some(req.partition),
+            detail: format!(
+                "no answer from the owner of partition {} within {} ms (last failure: {}); \
+                 retry with the same id",
+                req.partition,
+                self.policy.deadline.as_millis(),
+                describe(last),
+            ),
+        }
+    }
+
+    /// One attempt against `route`.
+    async fn attempt(
+        &self,
+        req: &UpstreamRequest,
+        route: &Route,
+        timeout: Duration,
+    ) -> Result<UpstreamResponse, AttemptFailure> {
+        let url = format!("{}{}", route.owner_url, req.path);
+        let method = match req.method {
+            Method::Get => reqwest::Method::GET,
+            Method::Post => reqwest::Method::POST,
+        };
+        let mut builder = self
+            .http
+            .request(method, url)
+            .timeout(timeout)
+            .header(HEADER_ASSIGNMENT_REVISION, route.map_revision.to_string())
+            .header(HEADER_EXPECTED_EPOCH, route.epoch.to_string());
+        if let Some(body) = &req.body {
+            builder = builder
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone());
+        }
+        let started = Instant::now();
+        let result = async {
+            let resp = builder.send().await?;
+            let status = resp.status().as_u16();
+            let headers = PASSTHROUGH_HEADERS
+                .iter()
+                .filter_map(|name| {
+                    let value = resp.headers().get(*name)?.to_str().ok()?;
+                    Some((name.to_ascii_lowercase(), value.to_owned()))
+                })
+                .collect();
+            let body = resp.bytes().await?;
+            Ok::<_, reqwest::Error>((status, headers, body))
+        }
+        .await;
+        metrics::record_upstream_latency(started.elapsed().as_secs_f64());
+        let (status, headers, body) = result.map_err(|e| {
+            let failure = AttemptFailure::from_transport(&e);
+            tracing::debug!(partition = route.partition, owner_id = %route.owner_id, error = ?e, failure = ?failure, "upstream transport error");
+            failure
+        })?;
+        let problem = || serde_json::from_slice::<Problem>(&body).ok();
+        let outcome_unknown = if status == 503 {
+            problem().and_then(|p| p.outcome_unknown)
+        } else {
+            None
+        };
+        if let Some(failure) = AttemptFailure::from_status(status, outcome_unknown) {
+            if failure == AttemptFailure::Misdirected {
+                // The allocator's view, logged for operators; the map is re-read from PostgreSQL.
+                let view = problem();
+                tracing::info!(
+                    partition = route.partition,
+                    epoch = route.epoch,
+                    revision = route.map_revision,
+                    owner_id = %route.owner_id,
+                    allocator_owner_id = view.as_ref().and_then(|p| p.owner_id.as_deref()),
+                    allocator_epoch = view.as_ref().and_then(|p| p.epoch),
+                    allocator_revision = view.as_ref().and_then(|p| p.revision),
+                    "misdirected request; refreshing the assignment map"
+                );
+            }
+            return Err(failure);
+        }
+        Ok(UpstreamResponse {
+            status,
+            headers,
+            body,
+            route: route.clone(),
+            attempts: 1,
+        })
+    }
+}
+
+fn describe(failure: AttemptFailure) -> &'static str {
+    match failure {
+        AttemptFailure::NoOwner => "no live owner in the assignment map",
+        AttemptFailure::Misdirected => "the addressed allocator does not own the partition",
+        AttemptFailure::Unavailable => "the partition has no confirmed owner",
+        AttemptFailure::Overdue => "the owner accepted the request but did not finish in time",
+        AttemptFailure::ConnectFailed => "could not connect to the owner",
+        AttemptFailure::Timeout => "the owner did not answer in time",
+        AttemptFailure::ConnectionLost => "the connection to the owner broke",
+    }
+}
+
+/// Percent-encode one path segment (everything but RFC 3986 unreserved characters), so ids with
+/// `/`, `?`, `%` or spaces reach the allocator as the same id.
+pub fn encode_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_reserved_characters_in_segments() {
+        assert_eq!(encode_segment("abc-1.2_3~"), "abc-1.2_3~");
+        assert_eq!(encode_segment("a/b?c#d%e f"), "a%2Fb%3Fc%23d%25e%20f");
+        assert_eq!(encode_segment("order:1:sku"), "order%3A1%3Asku");
+        assert_eq!(encode_segment("é"), "%C3%A9");
+    }
+}

@@ -1,0 +1,190 @@
+//! Every metric the router exports: names, label values and histogram buckets in one place,
+//! because they are a contract with the dashboards and alert rules in `ops/` (DESIGN.md §10).
+//!
+//! The Prometheus recorder is process-global; [`install`] installs it once and hands out the
+//! same handle on later calls, so several in-process routers (tests) share one registry.
+//! `/metrics` renders that handle.
+
+use std::sync::OnceLock;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Forwarded client requests by final outcome (one per client request, not per attempt).
+/// `outcome`: see [`ForwardOutcome`].
+pub const FORWARDS_TOTAL: &str = "router_forwards_total";
+/// Upstream attempts that were retried. `cause`: see [`crate::retry::RetryCause`].
+pub const RETRIES_TOTAL: &str = "router_retries_total";
+/// Latency of one upstream attempt (connect to full response), including failed attempts.
+pub const UPSTREAM_LATENCY_SECONDS: &str = "router_upstream_latency_seconds";
+/// Time from receiving a request to having an upstream answer or giving up, retries included.
+pub const FORWARD_DURATION_SECONDS: &str = "router_forward_duration_seconds";
+/// Revision of the assignment map the router routes by.
+pub const ASSIGNMENT_REVISION: &str = "router_assignment_revision";
+/// 1 while the Redis hint subscription is established and answering pings.
+pub const REDIS_FEED_CONNECTED: &str = "router_redis_feed_connected";
+/// Re-reads of the assignment map from PostgreSQL. `cause`: see [`RefreshCause`].
+pub const MAP_REFRESHES_TOTAL: &str = "router_map_refreshes_total";
+/// Re-reads that failed (PostgreSQL unreachable or slow); routing continues on the old map.
+pub const MAP_REFRESH_FAILURES_TOTAL: &str = "router_map_refresh_failures_total";
+/// Multi-line orders by outcome: `placed`, `replayed`, `failed`, `mismatch`, `unknown`,
+/// `invalid`.
+pub const ORDERS_TOTAL: &str = "router_orders_total";
+
+/// Buckets for upstream latency: sub-millisecond local hops up to the 5 s retry deadline.
+pub const UPSTREAM_LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+/// Buckets for the whole forward: retries push it to the deadline, so the tail reaches 10 s.
+pub const FORWARD_DURATION_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Why the assignment map was re-read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefreshCause {
+    Startup,
+    Hint,
+    Gap,
+    Reconnect,
+    Misdirected,
+    /// A `503`, connect failure or timeout from an owner: the map may name a dead owner.
+    UpstreamError,
+    Poll,
+}
+
+impl RefreshCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Startup => "startup",
+            Self::Hint => "hint",
+            Self::Gap => "gap",
+            Self::Reconnect => "reconnect",
+            Self::Misdirected => "misdirected",
+            Self::UpstreamError => "upstream_error",
+            Self::Poll => "poll",
+        }
+    }
+}
+
+/// Final outcome of a forwarded request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardOutcome {
+    /// The owner answered 2xx.
+    Success,
+    /// The owner answered a final 4xx (out of stock, not found, invalid state, ...).
+    Rejected,
+    /// The owner answered a 5xx the router does not retry (a bug upstream).
+    UpstreamError,
+    /// Gave up; the request was never applied.
+    Unavailable,
+    /// Gave up; the request may have been applied.
+    OutcomeUnknown,
+}
+
+impl ForwardOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Rejected => "rejected",
+            Self::UpstreamError => "upstream_error",
+            Self::Unavailable => "unavailable",
+            Self::OutcomeUnknown => "outcome_unknown",
+        }
+    }
+}
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Install the global recorder (once per process) and return its handle.
+///
+/// If another recorder was installed first (not done by this crate), a detached recorder is
+/// returned so `/metrics` still works, just without this process's other metrics.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = || {
+                PrometheusBuilder::new()
+                    .set_buckets_for_metric(
+                        Matcher::Full(UPSTREAM_LATENCY_SECONDS.to_owned()),
+                        UPSTREAM_LATENCY_BUCKETS,
+                    )
+                    .and_then(|b| {
+                        b.set_buckets_for_metric(
+                            Matcher::Full(FORWARD_DURATION_SECONDS.to_owned()),
+                            FORWARD_DURATION_BUCKETS,
+                        )
+                    })
+                    .expect("static bucket lists are non-empty")
+            };
+            let handle = match builder().install_recorder() {
+                Ok(handle) => handle,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics recorder already installed; using a detached one");
+                    builder().build_recorder().handle()
+                }
+            };
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(FORWARDS_TOTAL, "forwarded client requests by final outcome");
+    describe_counter!(RETRIES_TOTAL, "upstream attempts retried, by cause");
+    describe_histogram!(
+        UPSTREAM_LATENCY_SECONDS,
+        metrics::Unit::Seconds,
+        "latency of one upstream attempt"
+    );
+    describe_histogram!(
+        FORWARD_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "time to an upstream answer or giving up, retries included"
+    );
+    describe_gauge!(ASSIGNMENT_REVISION, "assignment map revision routed by");
+    describe_gauge!(
+        REDIS_FEED_CONNECTED,
+        "1 while the redis hint feed is connected"
+    );
+    describe_counter!(MAP_REFRESHES_TOTAL, "assignment map re-reads by cause");
+    describe_counter!(
+        MAP_REFRESH_FAILURES_TOTAL,
+        "assignment map re-reads that failed"
+    );
+    describe_counter!(ORDERS_TOTAL, "multi-line orders by outcome");
+}
+
+pub fn record_forward(outcome: ForwardOutcome, seconds: f64) {
+    counter!(FORWARDS_TOTAL, "outcome" => outcome.as_str()).increment(1);
+    histogram!(FORWARD_DURATION_SECONDS).record(seconds);
+}
+
+pub fn record_retry(cause: &'static str) {
+    counter!(RETRIES_TOTAL, "cause" => cause).increment(1);
+}
+
+pub fn record_upstream_latency(seconds: f64) {
+    histogram!(UPSTREAM_LATENCY_SECONDS).record(seconds);
+}
+
+pub fn set_assignment_revision(revision: i64) {
+    gauge!(ASSIGNMENT_REVISION).set(revision as f64);
+}
+
+pub fn set_redis_feed_connected(connected: bool) {
+    gauge!(REDIS_FEED_CONNECTED).set(if connected { 1.0 } else { 0.0 });
+}
+
+pub fn record_map_refresh(cause: RefreshCause) {
+    counter!(MAP_REFRESHES_TOTAL, "cause" => cause.as_str()).increment(1);
+}
+
+pub fn record_map_refresh_failure(cause: RefreshCause) {
+    counter!(MAP_REFRESH_FAILURES_TOTAL, "cause" => cause.as_str()).increment(1);
+}
+
+pub fn record_order(outcome: &'static str) {
+    counter!(ORDERS_TOTAL, "outcome" => outcome).increment(1);
+}

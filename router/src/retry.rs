@@ -1,0 +1,276 @@
+//! The pure rules of retrying: which failures are retried, whether a failed attempt may have been
+//! applied, and how long to wait before the next attempt.
+//!
+//! Retrying is safe only because every mutating request the router forwards carries an id
+//! (reservation id, adjustment id, or the reservation id in the path for confirm/release) and the
+//! allocator replays the stored outcome for a known id (DESIGN.md §2 I3). GETs are naturally safe.
+//!
+//! When the router gives up it must tell the client whether the request *may* have been applied,
+//! so the client knows to retry with the same id rather than assume nothing happened. The rule
+//! ([`AttemptFailure::may_have_applied`]) is conservative:
+//!
+//! * never sent (no owner known, connection refused, connect timeout) → not applied;
+//! * refused by the owner with `421` (not the owner) or `503` (no confirmed owner) → not applied,
+//!   the allocator answers those before touching the database — except a `503` whose problem body
+//!   says `outcome_unknown: true` (the owner queued the request but its own deadline passed);
+//! * a timeout or a connection lost after the request was (possibly) written → may be applied.
+//!   This includes a reset on a kept-alive connection: the router cannot tell "the peer was
+//!   already dead" from "the peer read the request and then crashed".
+//!
+//! "May have been applied" is sticky across the attempts of one request: a timeout on attempt 1
+//! followed by a clean `503` on attempt 2 still leaves attempt 1 possibly committed.
+//!
+//! Backoff is exponential with "equal jitter": the delay for attempt `n` lies in
+//! `[d/2, d]` with `d = min(max, base * 2^n)`. The lower half bound keeps a minimum spacing (a
+//! crashed owner is not hammered); the random upper half spreads out many routers retrying the
+//! same partition after one failover.
+
+use std::time::Duration;
+
+/// Why an upstream attempt failed in a retryable way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptFailure {
+    /// The map names no live owner for the partition (or is not loaded yet); nothing was sent.
+    NoOwner,
+    /// The allocator answered `421`: it does not own the partition (or not at the epoch we
+    /// expected).
+    Misdirected,
+    /// The allocator answered `503`: the partition has no confirmed owner right now.
+    Unavailable,
+    /// The allocator answered `503` with `outcome_unknown: true`: it accepted the request but its
+    /// own deadline passed first, so the request may still commit.
+    Overdue,
+    /// The connection could not be established (refused, unreachable, connect timeout).
+    ConnectFailed,
+    /// The attempt timed out after the connection was up: the request may be executing.
+    Timeout,
+    /// The connection broke after the request was (possibly) written: reset, closed mid-body.
+    ConnectionLost,
+}
+
+/// The `cause` label of `router_retries_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryCause {
+    Misdirected,
+    Unavailable,
+    Connect,
+    Timeout,
+}
+
+impl RetryCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Misdirected => "misdirected",
+            Self::Unavailable => "unavailable",
+            Self::Connect => "connect",
+            Self::Timeout => "timeout",
+        }
+    }
+}
+
+impl AttemptFailure {
+    pub fn cause(self) -> RetryCause {
+        match self {
+            Self::NoOwner | Self::Unavailable | Self::Overdue => RetryCause::Unavailable,
+            Self::Misdirected => RetryCause::Misdirected,
+            Self::ConnectFailed | Self::ConnectionLost => RetryCause::Connect,
+            Self::Timeout => RetryCause::Timeout,
+        }
+    }
+
+    /// Whether the allocator may have applied the request during this attempt.
+    pub fn may_have_applied(self) -> bool {
+        match self {
+            Self::NoOwner | Self::Misdirected | Self::Unavailable | Self::ConnectFailed => false,
+            Self::Overdue | Self::Timeout | Self::ConnectionLost => true,
+        }
+    }
+
+    /// Classify a transport error from reqwest. A connect error is checked first: a connect
+    /// timeout is both a timeout and a connect error, and nothing was sent in that case.
+    pub fn from_transport(err: &reqwest::Error) -> Self {
+        Self::from_transport_flags(err.is_connect(), err.is_timeout())
+    }
+
+    /// The rule of [`AttemptFailure::from_transport`] on plain flags, so it can be tested.
+    pub fn from_transport_flags(is_connect: bool, is_timeout: bool) -> Self {
+        if is_connect {
+            Self::ConnectFailed
+        } else if is_timeout {
+            Self::Timeout
+        } else {
+            Self::ConnectionLost
+        }
+    }
+
+    /// Classify an upstream status (and the `outcome_unknown` member of its problem body);
+    /// `None` means the answer is final and goes to the client.
+    pub fn from_status(status: u16, outcome_unknown: Option<bool>) -> Option<Self> {
+        match (status, outcome_unknown) {
+            (421, _) => Some(Self::Misdirected),
+            (503, Some(true)) => Some(Self::Overdue),
+            (503, _) => Some(Self::Unavailable),
+            _ => None,
+        }
+    }
+}
+
+/// The HTTP status the router answers with when it gives up: `504` when the last attempt timed
+/// out (the owner is there but slow), `503` otherwise.
+pub fn give_up_status(last: AttemptFailure) -> u16 {
+    if last == AttemptFailure::Timeout {
+        504
+    } else {
+        503
+    }
+}
+
+/// Exponential backoff with equal jitter.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// Delay ceiling before jitter for the first retry.
+    pub base: Duration,
+    /// Largest delay; keeps the retry loop responsive inside the deadline.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// Upper bound of the delay before retry number `attempt` (0-based).
+    pub fn ceiling(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX);
+        self.base.saturating_mul(factor).min(self.max)
+    }
+
+    /// The delay before retry number `attempt`, given `unit` uniformly drawn from `[0, 1)`.
+    /// Always within `[ceiling/2, ceiling]`.
+    pub fn delay_with(&self, attempt: u32, unit: f64) -> Duration {
+        let ceiling = self.ceiling(attempt);
+        let unit = if unit.is_finite() {
+            unit.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let half = ceiling / 2;
+        half + (ceiling - half).mul_f64(unit)
+    }
+
+    /// The delay before retry number `attempt` with fresh randomness.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        self.delay_with(attempt, rand::random::<f64>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backoff() -> Backoff {
+        Backoff {
+            base: Duration::from_millis(25),
+            max: Duration::from_millis(500),
+        }
+    }
+
+    #[test]
+    fn backoff_grows_exponentially_up_to_the_cap() {
+        let b = backoff();
+        let ceilings: Vec<u64> = (0..8).map(|a| b.ceiling(a).as_millis() as u64).collect();
+        assert_eq!(ceilings, vec![25, 50, 100, 200, 400, 500, 500, 500]);
+        // Huge attempt numbers neither overflow nor exceed the cap.
+        assert_eq!(b.ceiling(u32::MAX), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn jitter_stays_within_half_to_full_ceiling() {
+        let b = backoff();
+        for attempt in 0..12 {
+            let ceiling = b.ceiling(attempt);
+            assert_eq!(b.delay_with(attempt, 0.0), ceiling / 2);
+            assert_eq!(b.delay_with(attempt, 1.0), ceiling);
+            for _ in 0..200 {
+                let d = b.delay(attempt);
+                assert!(d >= ceiling / 2 && d <= ceiling, "{d:?} outside bounds");
+            }
+        }
+        // Garbage randomness is clamped rather than trusted.
+        assert_eq!(b.delay_with(0, f64::NAN), Duration::from_micros(12_500));
+        assert_eq!(b.delay_with(0, 7.0), Duration::from_millis(25));
+        assert_eq!(b.delay_with(0, -1.0), Duration::from_micros(12_500));
+    }
+
+    #[test]
+    fn jitter_actually_varies() {
+        let b = backoff();
+        let samples: std::collections::HashSet<Duration> = (0..50).map(|_| b.delay(4)).collect();
+        assert!(
+            samples.len() > 10,
+            "jitter produced {} values",
+            samples.len()
+        );
+    }
+
+    #[test]
+    fn outcome_unknown_only_after_possibly_sending() {
+        use AttemptFailure::*;
+        for f in [NoOwner, Misdirected, Unavailable, ConnectFailed] {
+            assert!(!f.may_have_applied(), "{f:?}");
+        }
+        for f in [Overdue, Timeout, ConnectionLost] {
+            assert!(f.may_have_applied(), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn transport_classification_prefers_connect() {
+        // A connect timeout never sent anything.
+        assert_eq!(
+            AttemptFailure::from_transport_flags(true, true),
+            AttemptFailure::ConnectFailed
+        );
+        assert_eq!(
+            AttemptFailure::from_transport_flags(true, false),
+            AttemptFailure::ConnectFailed
+        );
+        assert_eq!(
+            AttemptFailure::from_transport_flags(false, true),
+            AttemptFailure::Timeout
+        );
+        assert_eq!(
+            AttemptFailure::from_transport_flags(false, false),
+            AttemptFailure::ConnectionLost
+        );
+    }
+
+    #[test]
+    fn only_421_and_503_are_retried_statuses() {
+        assert_eq!(
+            AttemptFailure::from_status(421, None),
+            Some(AttemptFailure::Misdirected)
+        );
+        assert_eq!(
+            AttemptFailure::from_status(503, None),
+            Some(AttemptFailure::Unavailable)
+        );
+        assert_eq!(
+            AttemptFailure::from_status(503, Some(false)),
+            Some(AttemptFailure::Unavailable)
+        );
+        // The owner took the request but ran out of time: it may still commit.
+        assert_eq!(
+            AttemptFailure::from_status(503, Some(true)),
+            Some(AttemptFailure::Overdue)
+        );
+        for s in [200, 201, 400, 404, 409, 413, 422, 500, 502, 504] {
+            assert_eq!(AttemptFailure::from_status(s, None), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn causes_and_give_up_status() {
+        assert_eq!(AttemptFailure::NoOwner.cause(), RetryCause::Unavailable);
+        assert_eq!(AttemptFailure::ConnectionLost.cause(), RetryCause::Connect);
+        assert_eq!(give_up_status(AttemptFailure::Timeout), 504);
+        assert_eq!(give_up_status(AttemptFailure::ConnectFailed), 503);
+        assert_eq!(give_up_status(AttemptFailure::Misdirected), 503);
+    }
+}

@@ -1,0 +1,31 @@
+//! `/healthz` (the process is up), `/readyz` (an assignment map is loaded, so requests can be
+//! routed) and `/metrics` (Prometheus text format).
+
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+
+use crate::app::AppState;
+
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "ok" }))
+}
+
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    match state.cache.current() {
+        Some(map) => HttpResponse::Ok().json(json!({
+            "status": "ready",
+            "revision": map.revision(),
+            "partition_count": map.partition_count(),
+        })),
+        None => HttpResponse::ServiceUnavailable().json(json!({
+            "status": "not ready",
+            "reason": "assignment map not loaded",
+        })),
+    }
+}
+
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
+}

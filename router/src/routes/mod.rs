@@ -1,0 +1,110 @@
+//! The public HTTP surface: the same paths as the allocator's API (DESIGN.md §9) plus orders.
+//!
+//! Handlers validate with [`allocator::wire::validate`] (the same rules and words as the
+//! allocator), compute the partition, and hand the request to [`crate::forward`]. Malformed JSON,
+//! unknown fields and bad path segments are answered here with a `400` problem, oversized bodies
+//! with `413` (as the allocator does); they are never forwarded and never reach a `500`.
+
+pub mod health;
+pub mod inventory;
+pub mod orders;
+pub mod partitions;
+pub mod reservations;
+
+use actix_web::error::{JsonPayloadError, PathError};
+use actix_web::{web, HttpRequest, HttpResponse};
+use allocator::wire::limits;
+
+use crate::error::RouterError;
+
+/// Register every route.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(json_config())
+        .app_data(path_config())
+        .service(
+            web::resource("/v1/reservations")
+                .route(web::post().to(reservations::create))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/reservations/{id}")
+                .route(web::get().to(reservations::get))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/reservations/{id}/confirm")
+                .route(web::post().to(reservations::confirm))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/reservations/{id}/release")
+                .route(web::post().to(reservations::release))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/inventory/{sku}")
+                .route(web::get().to(inventory::get))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/inventory/{sku}/adjustments")
+                .route(web::post().to(inventory::adjust))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/orders/{order_id}/reservations")
+                .route(web::post().to(orders::create))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .route("/v1/partitions", web::get().to(partitions::get))
+        .route("/healthz", web::get().to(health::healthz))
+        .route("/readyz", web::get().to(health::readyz))
+        .route("/metrics", web::get().to(health::metrics));
+}
+
+/// JSON bodies: bounded size, unknown fields refused by the wire types, every failure a 4xx
+/// problem: `413` for an oversized body (as the allocator answers on the same paths), `400` for
+/// everything else. The content type is not enforced, again like the allocator.
+fn json_config() -> web::JsonConfig {
+    web::JsonConfig::default()
+        .limit(limits::BODY_MAX_BYTES)
+        .content_type_required(false)
+        .error_handler(|err, _req| {
+            let error = match &err {
+                JsonPayloadError::Overflow { .. }
+                | JsonPayloadError::OverflowKnownLength { .. } => {
+                    RouterError::PayloadTooLarge(limits::BODY_MAX_BYTES)
+                }
+                JsonPayloadError::Deserialize(e) => {
+                    RouterError::InvalidRequest(format!("invalid JSON body: {e}"))
+                }
+                other => RouterError::InvalidRequest(format!("unreadable body: {other}")),
+            };
+            error.into()
+        })
+}
+
+fn path_config() -> web::PathConfig {
+    web::PathConfig::default().error_handler(|err: PathError, _req| {
+        RouterError::InvalidRequest(format!("invalid path: {err}")).into()
+    })
+}
+
+/// Unknown paths: a problem document rather than an empty 404.
+pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, RouterError> {
+    Err(RouterError::NotFound(format!(
+        "no route for {}",
+        req.path()
+    )))
+}
+
+async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    let problem = allocator::wire::Problem {
+        kind: allocator::wire::problem_type::INVALID_REQUEST.to_owned(),
+        title: "method not allowed".to_owned(),
+        status: 405,
+        detail: Some(format!("{} is not allowed on {}", req.method(), req.path())),
+        ..Default::default()
+    };
+    crate::error::problem_response(HttpResponse::MethodNotAllowed(), &problem)
+}

@@ -1,0 +1,86 @@
+//! `POST /v1/reservations`, `GET /v1/reservations/{id}`, `POST .../confirm`, `POST .../release`.
+//!
+//! A new reservation is routed by its SKU. Existing reservations are addressed by id only, so the
+//! router looks their partition up in PostgreSQL
+//! ([`allocator::assignment::reservation_partition`]); an id PostgreSQL does not know is a `404`
+//! without bothering an allocator.
+
+use actix_web::{web, HttpResponse};
+use allocator::wire::{validate, ReserveRequest};
+
+use crate::app::AppState;
+use crate::db;
+use crate::error::RouterError;
+use crate::forward::{encode_segment, UpstreamRequest};
+
+pub async fn create(
+    state: web::Data<AppState>,
+    body: web::Json<ReserveRequest>,
+) -> Result<HttpResponse, RouterError> {
+    let req = body.into_inner();
+    validate::id("reservation_id", &req.reservation_id).map_err(RouterError::InvalidRequest)?;
+    validate::sku(&req.sku).map_err(RouterError::InvalidRequest)?;
+    validate::quantity(req.quantity).map_err(RouterError::InvalidRequest)?;
+    validate::ttl_seconds(req.ttl_seconds).map_err(RouterError::InvalidRequest)?;
+    let partition = state.partition_of(&req.sku)?;
+    let upstream = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
+        .reservation(&req.reservation_id)
+        .json(&req)?;
+    Ok(state
+        .forwarder
+        .forward(&upstream)
+        .await?
+        .into_http_response())
+}
+
+pub async fn get(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, RouterError> {
+    by_id(&state, &id, None).await
+}
+
+pub async fn confirm(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, RouterError> {
+    by_id(&state, &id, Some("confirm")).await
+}
+
+pub async fn release(
+    state: web::Data<AppState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, RouterError> {
+    by_id(&state, &id, Some("release")).await
+}
+
+/// GET (no `action`) or POST a transition for an existing reservation.
+async fn by_id(
+    state: &AppState,
+    id: &str,
+    action: Option<&str>,
+) -> Result<HttpResponse, RouterError> {
+    validate::id("reservation_id", id).map_err(RouterError::InvalidRequest)?;
+    let partition = match db::reservation_partition(&state.pool, state.db_timeout, id).await {
+        Ok(Some(partition)) => partition,
+        Ok(None) => return Err(RouterError::NotFound(format!("no reservation {id:?}"))),
+        Err(e) => {
+            tracing::warn!(reservation_id = id, error = %e, "reservation lookup failed");
+            return Err(RouterError::Storage(e.to_string()));
+        }
+    };
+    let path = match action {
+        None => format!("/v1/reservations/{}", encode_segment(id)),
+        Some(action) => format!("/v1/reservations/{}/{action}", encode_segment(id)),
+    };
+    let upstream = match action {
+        None => UpstreamRequest::get(path, partition),
+        Some(_) => UpstreamRequest::post(path, partition),
+    }
+    .reservation(id);
+    Ok(state
+        .forwarder
+        .forward(&upstream)
+        .await?
+        .into_http_response())
+}

@@ -1,0 +1,350 @@
+//! The public API through a router in front of three real allocators: routing to the owner,
+//! pass-through of the allocator's answers, and the router's own input validation.
+
+mod common;
+
+use allocator::partition::partition_for;
+use allocator::wire::{problem_type, PartitionMap, Problem, Reservation, ReservationStatus};
+use common::{http, metric, owner_of, serial, Cluster};
+use serde_json::json;
+
+const PARTITIONS: u32 = 16;
+
+async fn problem(response: reqwest::Response) -> (u16, Problem) {
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(
+        content_type.as_deref(),
+        Some("application/problem+json"),
+        "status {status}"
+    );
+    (status, response.json().await.expect("problem body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_to_the_owner_and_passes_answers_through() {
+    let _serial = serial().await;
+    let cluster = Cluster::start("api_fwd", 3, PARTITIONS).await;
+    let router = cluster.router(|_| {}).await;
+    let base = &router.url;
+    let client = http();
+    cluster.restock(base, "sku-a", 5).await;
+
+    // New hold: 201 from the partition's owner.
+    let response = client
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "r-1", "sku": "sku-a", "quantity": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let served_by = response.headers()["x-served-by"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let r: Reservation = response.json().await.unwrap();
+    assert_eq!(r.status, ReservationStatus::Held);
+    assert_eq!(r.partition, partition_for("sku-a", PARTITIONS));
+    let map = cluster.map().await;
+    assert_eq!(Some(served_by), owner_of(&map, r.partition));
+
+    // Replay: 200 + Idempotent-Replayed, same reservation.
+    let response = client
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "r-1", "sku": "sku-a", "quantity": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        response.json::<Reservation>().await.unwrap().reservation_id,
+        "r-1"
+    );
+
+    // Reuse with another payload: 422.
+    let response = client
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "r-1", "sku": "sku-a", "quantity": 3}))
+        .send()
+        .await
+        .unwrap();
+    let (status, p) = problem(response).await;
+    assert_eq!(
+        (status, p.kind.as_str()),
+        (422, problem_type::IDEMPOTENCY_MISMATCH)
+    );
+
+    // Out of stock: 409 with what is available.
+    let response = client
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "r-2", "sku": "sku-a", "quantity": 4}))
+        .send()
+        .await
+        .unwrap();
+    let (status, p) = problem(response).await;
+    assert_eq!(
+        (status, p.kind.as_str()),
+        (409, problem_type::INSUFFICIENT_STOCK)
+    );
+    assert_eq!(p.available, Some(3));
+
+    // Unknown SKU: the allocator's 404.
+    let response = client
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "r-3", "sku": "nope", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+
+    // Lifecycle by id (partition found through PostgreSQL).
+    let get = client
+        .get(format!("{base}/v1/reservations/r-1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    let confirm = client
+        .post(format!("{base}/v1/reservations/r-1/confirm"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(confirm.status(), 200);
+    assert_eq!(
+        confirm.json::<Reservation>().await.unwrap().status,
+        ReservationStatus::Confirmed
+    );
+    let release = client
+        .post(format!("{base}/v1/reservations/r-1/release"))
+        .send()
+        .await
+        .unwrap();
+    let (status, p) = problem(release).await;
+    assert_eq!(
+        (status, p.kind.as_str()),
+        (409, problem_type::INVALID_STATE)
+    );
+    assert_eq!(p.current_status, Some(ReservationStatus::Confirmed));
+
+    // Unknown reservation: 404 without asking an allocator.
+    let response = client
+        .get(format!("{base}/v1/reservations/missing"))
+        .send()
+        .await
+        .unwrap();
+    let (status, p) = problem(response).await;
+    assert_eq!((status, p.kind.as_str()), (404, problem_type::NOT_FOUND));
+
+    // Ids with reserved characters survive the hop (percent-encoded both ways).
+    let odd_id = "odd/id?x=1#%20 ü";
+    let response = client
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": odd_id, "sku": "sku-a", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let encoded = router::forward::encode_segment(odd_id);
+    let response = client
+        .get(format!("{base}/v1/reservations/{encoded}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.json::<Reservation>().await.unwrap().reservation_id,
+        odd_id
+    );
+    let response = client
+        .post(format!("{base}/v1/reservations/{encoded}/release"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    // Inventory and the map.
+    let response = client
+        .get(format!("{base}/v1/inventory/sku-a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let inventory: allocator::wire::Inventory = response.json().await.unwrap();
+    assert_eq!((inventory.on_hand, inventory.available), (5, 3));
+    let map: PartitionMap = client
+        .get(format!("{base}/v1/partitions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(map.partition_count, PARTITIONS);
+    assert!(map.partitions.iter().all(|p| p.owner_id.is_some()));
+    assert_eq!(
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert!(metric(base, "router_forwards_total{outcome=\"success\"}").await >= 5.0);
+    assert!(metric(base, "router_assignment_revision").await >= 1.0);
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "router_upstream_latency_seconds_bucket{le=\"0.0005\"}",
+        "router_upstream_latency_seconds_bucket{le=\"5\"}",
+        "router_forward_duration_seconds_bucket{le=\"10\"}",
+        "router_redis_feed_connected",
+        "router_map_refreshes_total{cause=\"startup\"}",
+    ] {
+        assert!(text.contains(series), "{series} missing from /metrics");
+    }
+
+    router.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_bad_input_with_problems_and_never_500() {
+    let _serial = serial().await;
+    let cluster = Cluster::start("api_bad", 1, 4).await;
+    let router = cluster.router(|_| {}).await;
+    let base = &router.url;
+    let client = http();
+
+    let cases: Vec<(&str, String, reqwest::Body)> = vec![
+        ("malformed json", "/v1/reservations".into(), "{".into()),
+        (
+            "unknown field",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s","quantity":1,"quantiy":2}"#.into(),
+        ),
+        (
+            "missing field",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s"}"#.into(),
+        ),
+        (
+            "bad sku",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"no spaces","quantity":1}"#.into(),
+        ),
+        (
+            "zero quantity",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s","quantity":0}"#.into(),
+        ),
+        (
+            "huge quantity",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s","quantity":99999999999999999999}"#.into(),
+        ),
+        (
+            "ttl out of range",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s","quantity":1,"ttl_seconds":0}"#.into(),
+        ),
+        (
+            "empty id",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"","sku":"s","quantity":1}"#.into(),
+        ),
+        (
+            "zero delta",
+            "/v1/inventory/s/adjustments".into(),
+            r#"{"adjustment_id":"a","delta":0}"#.into(),
+        ),
+        (
+            "bad sku in path",
+            "/v1/inventory/bad%20sku/adjustments".into(),
+            r#"{"adjustment_id":"a","delta":1}"#.into(),
+        ),
+        (
+            "order without lines",
+            "/v1/orders/o-1/reservations".into(),
+            r#"{"lines":[]}"#.into(),
+        ),
+        (
+            "order with unknown field",
+            "/v1/orders/o-1/reservations".into(),
+            r#"{"lines":[{"sku":"s","quantity":1}],"x":1}"#.into(),
+        ),
+        (
+            "order id too long",
+            format!("/v1/orders/{}/reservations", "o".repeat(201)),
+            r#"{"lines":[{"sku":"s","quantity":1}]}"#.into(),
+        ),
+        (
+            "too many lines",
+            "/v1/orders/o-1/reservations".into(),
+            serde_json::to_string(&json!({"lines": vec![json!({"sku":"s","quantity":1}); 101]}))
+                .unwrap()
+                .into(),
+        ),
+    ];
+    for (name, path, body) in cases {
+        let response = client
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (status, p) = problem(response).await;
+        assert_eq!(status, 400, "{name}: {p:?}");
+        assert_eq!(p.kind, problem_type::INVALID_REQUEST, "{name}");
+    }
+
+    // Oversized body: 413, as the allocator answers.
+    let big = format!(
+        r#"{{"reservation_id":"{}","sku":"s","quantity":1}}"#,
+        "x".repeat(allocator::wire::limits::BODY_MAX_BYTES)
+    );
+    let response = client
+        .post(format!("{base}/v1/reservations"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    let (status, p) = problem(response).await;
+    assert_eq!(status, 413, "{p:?}");
+
+    // Unknown route and wrong method.
+    let (status, _) = problem(client.get(format!("{base}/v2/x")).send().await.unwrap()).await;
+    assert_eq!(status, 404);
+    let (status, _) = problem(
+        client
+            .delete(format!("{base}/v1/reservations"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 405);
+    // Control characters in an id (path) are refused.
+    let (status, _) = problem(
+        client
+            .get(format!("{base}/v1/reservations/a%01b"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    router.stop().await;
+}

@@ -1,0 +1,212 @@
+//! All-or-nothing orders through a router in front of three allocators: success, failure with
+//! compensation, retries converging, and an order "resumed" after a router died mid-way.
+
+mod common;
+
+use allocator::wire::{problem_type, Inventory, Reservation, ReservationStatus};
+use common::{http, serial, Cluster};
+use serde_json::{json, Value};
+
+async fn order(base: &str, order_id: &str, lines: Value) -> (u16, Option<String>, Value) {
+    let response = http()
+        .post(format!("{base}/v1/orders/{order_id}/reservations"))
+        .json(&json!({ "lines": lines }))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, replayed, response.json().await.unwrap())
+}
+
+async fn available(base: &str, sku: &str) -> i64 {
+    http()
+        .get(format!("{base}/v1/inventory/{sku}"))
+        .send()
+        .await
+        .unwrap()
+        .json::<Inventory>()
+        .await
+        .unwrap()
+        .available
+}
+
+async fn status_in_db(cluster: &Cluster, id: &str) -> Option<String> {
+    cluster
+        .db()
+        .await
+        .query_opt(
+            "SELECT status FROM reservations WHERE reservation_id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_are_all_or_nothing_and_retries_converge() {
+    let _serial = serial().await;
+    let cluster = Cluster::start("orders", 3, 16).await;
+    let router = cluster.router(|_| {}).await;
+    let base = &router.url;
+    for (sku, stock) in [("apple", 10), ("pear", 1), ("plum", 5), ("fig", 3)] {
+        cluster.restock(base, sku, stock).await;
+    }
+
+    // 1. Every line held: 201 with one reservation per line, ids derived from the order id.
+    let lines = json!([{"sku": "apple", "quantity": 2}, {"sku": "pear", "quantity": 1}]);
+    let (status, _, body) = order(base, "o-1", lines.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    let reservations: Vec<Reservation> =
+        serde_json::from_value(body["reservations"].clone()).unwrap();
+    let ids: Vec<&str> = reservations
+        .iter()
+        .map(|r| r.reservation_id.as_str())
+        .collect();
+    assert_eq!(ids, ["o-1:0", "o-1:1"]);
+    assert!(reservations
+        .iter()
+        .all(|r| r.status == ReservationStatus::Held));
+    assert_eq!(available(base, "apple").await, 8);
+    assert_eq!(available(base, "pear").await, 0);
+
+    // 2. Retrying the same order replays it: 200 + Idempotent-Replayed, no extra stock taken.
+    let (status, replayed, body) = order(base, "o-1", lines).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(replayed.as_deref(), Some("true"));
+    assert_eq!(body["reservations"].as_array().unwrap().len(), 2);
+    assert_eq!(available(base, "apple").await, 8);
+
+    // 3. One line short of stock: 409 order-failed, the held line is released (compensation).
+    let lines = json!([
+        {"sku": "apple", "quantity": 3},
+        {"sku": "plum", "quantity": 1},
+        {"sku": "pear", "quantity": 1}
+    ]);
+    let (status, _, body) = order(base, "o-2", lines.clone()).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["type"], problem_type::ORDER_FAILED);
+    assert_eq!(body["outcome_unknown"], false);
+    let outcomes: Vec<&str> = body["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["held", "held", "refused"]);
+    assert_eq!(
+        body["lines"][2]["problem"]["type"],
+        problem_type::INSUFFICIENT_STOCK
+    );
+    assert_eq!(body["lines"][0]["compensation"], "released");
+    assert_eq!(body["lines"][1]["compensation"], "released");
+    assert_eq!(available(base, "apple").await, 8);
+    assert_eq!(available(base, "plum").await, 5);
+    assert_eq!(
+        status_in_db(&cluster, "o-2:0").await.as_deref(),
+        Some("released")
+    );
+    assert_eq!(
+        status_in_db(&cluster, "o-2:2").await.as_deref(),
+        Some("rejected")
+    );
+
+    // 4. Retrying the failed order converges to the same failure; nothing is held again.
+    let (status, _, body) = order(base, "o-2", lines).await;
+    assert_eq!(status, 409, "{body}");
+    let outcomes: Vec<&str> = body["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["inactive", "inactive", "refused"]);
+    assert_eq!(available(base, "apple").await, 8);
+    assert_eq!(available(base, "plum").await, 5);
+
+    // 5. Two lines for the same SKU are separate reservations.
+    let (status, _, body) = order(
+        base,
+        "o-3",
+        json!([{"sku": "fig", "quantity": 1}, {"sku": "fig", "quantity": 2}]),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(available(base, "fig").await, 0);
+
+    // 6. An unknown SKU fails the order like any refusal.
+    let (status, _, body) = order(
+        base,
+        "o-4",
+        json!([{"sku": "plum", "quantity": 1}, {"sku": "durian", "quantity": 1}]),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["lines"][1]["problem"]["status"], 404);
+    assert_eq!(available(base, "plum").await, 5);
+
+    // 7. A router that died mid-order: line 0 was reserved, nothing else happened. The client
+    //    retries the order (through any router) and it converges to a complete order.
+    let line0 = http()
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "o-5:0", "sku": "plum", "quantity": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(line0.status(), 201);
+    let other_router = cluster.router(|_| {}).await;
+    let (status, replayed, body) = order(
+        &other_router.url,
+        "o-5",
+        json!([{"sku": "plum", "quantity": 2}, {"sku": "apple", "quantity": 1}]),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(replayed, None);
+    assert_eq!(available(base, "plum").await, 3);
+    assert_eq!(available(base, "apple").await, 7);
+
+    // 8. Reusing the order id with changed lines is refused (422) without undoing the original
+    //    order's holds; a line only the new payload has is held and then released.
+    let (status, _, body) = order(
+        base,
+        "o-5",
+        json!([
+            {"sku": "plum", "quantity": 1},
+            {"sku": "apple", "quantity": 1},
+            {"sku": "fig", "quantity": 0}
+        ]),
+    )
+    .await;
+    assert_eq!(status, 400, "zero quantity is invalid: {body}");
+    let (status, _, body) = order(
+        base,
+        "o-5",
+        json!([
+            {"sku": "plum", "quantity": 1},
+            {"sku": "apple", "quantity": 1},
+            {"sku": "apple", "quantity": 1}
+        ]),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["type"], problem_type::IDEMPOTENCY_MISMATCH);
+    assert_eq!(body["lines"][0]["problem"]["status"], 422);
+    assert_eq!(body["lines"][1]["outcome"], "replayed");
+    assert!(body["lines"][1].get("compensation").is_none(), "{body}");
+    assert_eq!(body["lines"][2]["outcome"], "held");
+    assert_eq!(body["lines"][2]["compensation"], "released");
+    assert_eq!(available(base, "plum").await, 3);
+    assert_eq!(available(base, "apple").await, 7);
+    assert_eq!(
+        status_in_db(&cluster, "o-5:1").await.as_deref(),
+        Some("held")
+    );
+
+    other_router.stop().await;
+    router.stop().await;
+}

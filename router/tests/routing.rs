@@ -1,0 +1,183 @@
+//! Routing correctness: every SKU reaches its partition's owner, and a stale map heals through
+//! `421` → refresh → retry with the same id.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use allocator::partition::partition_for;
+use allocator::wire::Adjustment;
+use common::{balanced, http, metric, owner_of, serial, Cluster};
+use futures::StreamExt;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_skus_route_to_their_owners() {
+    const PARTITIONS: u32 = 64;
+    const SKUS: usize = 10_000;
+    let _serial = serial().await;
+    let cluster = Cluster::start("routing_10k", 3, PARTITIONS).await;
+    let router = cluster.router(|_| {}).await;
+    let before = cluster.map().await;
+    let client = http();
+    let started = Instant::now();
+
+    // The first adjustment of a SKU creates it: a fenced write only the owner may make.
+    let results: Vec<(String, u16, Option<String>, Option<Adjustment>)> =
+        futures::stream::iter((0..SKUS).map(|i| {
+            let client = client.clone();
+            let base = router.url.clone();
+            async move {
+                let sku = format!("sku-{i}");
+                let response = client
+                    .post(format!("{base}/v1/inventory/{sku}/adjustments"))
+                    .json(&json!({"adjustment_id": format!("create-{sku}"), "delta": 10}))
+                    .send()
+                    .await
+                    .expect("router answers");
+                let status = response.status().as_u16();
+                let served_by = response
+                    .headers()
+                    .get("x-served-by")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                let body = response.json::<Adjustment>().await.ok();
+                (sku, status, served_by, body)
+            }
+        }))
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let elapsed = started.elapsed();
+    let after = cluster.map().await;
+    let owners = |m: &allocator::wire::PartitionMap| -> Vec<(Option<String>, i64)> {
+        m.partitions
+            .iter()
+            .map(|p| (p.owner_id.clone(), p.epoch))
+            .collect()
+    };
+    assert_eq!(
+        owners(&before),
+        owners(&after),
+        "ownership moved during the test"
+    );
+
+    let mut per_owner: HashMap<String, usize> = HashMap::new();
+    for (sku, status, served_by, body) in &results {
+        assert_eq!(*status, 201, "{sku}");
+        let body = body.as_ref().expect("adjustment body");
+        let partition = partition_for(sku, PARTITIONS);
+        assert_eq!(body.partition, partition, "{sku}");
+        let owner = owner_of(&before, partition).expect("owned");
+        assert_eq!(served_by.as_deref(), Some(owner.as_str()), "{sku}");
+        let epoch = before.partitions[partition as usize].epoch;
+        assert_eq!(body.epoch, epoch, "{sku} written under the map's epoch");
+        *per_owner.entry(owner).or_default() += 1;
+    }
+
+    // The database agrees: one row per SKU, on the partition the shared hash names.
+    let db = cluster.db().await;
+    let rows = db
+        .query("SELECT sku, partition FROM inventory", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), SKUS);
+    for row in rows {
+        let sku: String = row.get(0);
+        let partition: i32 = row.get(1);
+        assert_eq!(partition as u32, partition_for(&sku, PARTITIONS));
+    }
+    assert_eq!(
+        metric(&router.url, "router_retries_total{cause=\"misdirected\"}").await,
+        0.0
+    );
+    println!(
+        "routed {SKUS} sku creations over {} allocators in {:.1} s ({:.0}/s); per owner {per_owner:?}",
+        cluster.allocators.len(),
+        elapsed.as_secs_f64(),
+        SKUS as f64 / elapsed.as_secs_f64()
+    );
+    router.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_map_is_refreshed_on_421_and_the_request_succeeds() {
+    const PARTITIONS: u32 = 16;
+    let _serial = serial().await;
+    let mut cluster = Cluster::start("routing_stale", 1, PARTITIONS).await;
+    // No Redis feed and a poll that never fires: only a 421 can refresh this router's map.
+    let router = cluster
+        .router(|c| {
+            c.redis_url = None;
+            c.poll_interval = Duration::from_secs(3600);
+        })
+        .await;
+    let skus: Vec<String> = (0..48).map(|i| format!("stale-{i}")).collect();
+    for sku in &skus {
+        cluster.restock(&router.url, sku, 100).await;
+    }
+    let stale_revision = router.revision().expect("map loaded");
+
+    // Two more replicas join; alloc-0 hands partitions over (release, then they acquire).
+    cluster.spawn_allocator("alloc-1");
+    cluster.spawn_allocator("alloc-2");
+    let map = cluster
+        .wait_map(Duration::from_secs(30), |m| {
+            balanced(m, &["alloc-0", "alloc-1", "alloc-2"], 6)
+        })
+        .await;
+    assert_eq!(
+        router.revision(),
+        Some(stale_revision),
+        "the router must still hold the stale map"
+    );
+    let misdirected_before =
+        metric(&router.url, "router_retries_total{cause=\"misdirected\"}").await;
+    let refreshes_before = metric(
+        &router.url,
+        "router_map_refreshes_total{cause=\"misdirected\"}",
+    )
+    .await;
+
+    let client = http();
+    for (i, sku) in skus.iter().enumerate() {
+        let response = client
+            .post(format!("{}/v1/reservations", router.url))
+            .json(&json!({"reservation_id": format!("stale-r-{i}"), "sku": sku, "quantity": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201, "{sku}");
+        let served_by = response.headers()["x-served-by"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let partition = partition_for(sku, PARTITIONS);
+        assert_eq!(Some(served_by), owner_of(&map, partition), "{sku}");
+    }
+    let misdirected = metric(&router.url, "router_retries_total{cause=\"misdirected\"}").await
+        - misdirected_before;
+    let refreshes = metric(
+        &router.url,
+        "router_map_refreshes_total{cause=\"misdirected\"}",
+    )
+    .await
+        - refreshes_before;
+    assert!(misdirected >= 1.0, "expected at least one 421 retry");
+    assert!(refreshes >= 1.0, "expected a refresh caused by a 421");
+    assert!(router.revision().unwrap() > stale_revision);
+    // Exactly one hold per request despite the retries.
+    let held: i64 = cluster
+        .db()
+        .await
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE reservation_id LIKE 'stale-r-%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, skus.len() as i64);
+    println!("stale map healed: {misdirected} misdirected retries, {refreshes} refreshes");
+    router.stop().await;
+}
