@@ -98,6 +98,14 @@ impl Ownership {
         }
     }
 
+    /// The epoch under which this replica may act for `partition` right now, if any.
+    pub fn authority_any(&self, partition: u32) -> Option<i64> {
+        match self.slot(partition).state.authority(self.clock.now()) {
+            Authority::Granted { epoch, .. } => Some(epoch),
+            _ => None,
+        }
+    }
+
     /// Authority for `partition` at `epoch` right now; a worker calls this before each batch.
     pub fn authority(&self, partition: u32, epoch: i64) -> Authority {
         let now = self.clock.now();

@@ -1,0 +1,433 @@
+//! Failover with real processes and real faults: SIGKILL, SIGTERM, SIGSTOP of allocator
+//! replicas; a black-holed and a stopped database. Every takeover time measured here is printed
+//! (`cargo test -- --nocapture` shows them).
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use allocator::partition::partition_for;
+use allocator::testkit::{free_port, ChildProcess, PgServer, ProxyMode, TcpProxy};
+use allocator::wire::PartitionMap;
+use common::*;
+use reqwest::StatusCode;
+use serde_json::json;
+
+const TTL_MS: u64 = 2000;
+const CAMPAIGN_MS: u64 = 200;
+
+struct Replica {
+    id: String,
+    url: String,
+    process: ChildProcess,
+    _logs: tempfile::TempDir,
+}
+
+fn spawn_replica(db: &str, id: &str, ttl_ms: u64) -> Replica {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let logs = tempfile::tempdir().unwrap();
+    let log: PathBuf = logs.path().join(format!("{id}.log"));
+    let envs: Vec<(String, String)> = [
+        ("ALLOCATOR_LEASE_TTL_MS", ttl_ms.to_string()),
+        ("ALLOCATOR_LEASE_MARGIN_MS", (ttl_ms / 4).to_string()),
+        ("ALLOCATOR_RENEW_INTERVAL_MS", (ttl_ms / 4).to_string()),
+        ("ALLOCATOR_CAMPAIGN_INTERVAL_MS", CAMPAIGN_MS.to_string()),
+        ("ALLOCATOR_IDLE_IN_TX_TIMEOUT_MS", "1000".to_string()),
+        ("ALLOCATOR_STATEMENT_TIMEOUT_MS", "1000".to_string()),
+        ("RUST_LOG", "info".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let process = ChildProcess::spawn(
+        std::path::Path::new(env!("CARGO_BIN_EXE_allocator")),
+        [
+            "serve",
+            "--database-url",
+            db,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--replica-id",
+            id,
+            "--advertise-url",
+            &url,
+        ],
+        &envs,
+        &log,
+    )
+    .expect("spawn allocator");
+    Replica {
+        id: id.to_string(),
+        url,
+        process,
+        _logs: logs,
+    }
+}
+
+async fn read_map(db: &str) -> PartitionMap {
+    let pg = client(db).await;
+    allocator::assignment::read_map(&pg).await.unwrap()
+}
+
+/// Poll the database until `pred` holds; returns how long it took.
+async fn time_until(db: &str, timeout: Duration, pred: impl Fn(&PartitionMap) -> bool) -> Duration {
+    let start = Instant::now();
+    loop {
+        let map = read_map(db).await;
+        if pred(&map) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "condition not reached in {timeout:?}: {map:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn owners(map: &PartitionMap) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for p in &map.partitions {
+        if let Some(o) = &p.owner_id {
+            *counts.entry(o.clone()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+fn split_between(map: &PartitionMap, a: &str, b: &str) -> bool {
+    let counts = owners(map);
+    all_owned_by_one_of(map, &[a, b])
+        && counts.get(a).is_some_and(|c| *c > 0)
+        && counts.get(b).is_some_and(|c| *c > 0)
+}
+
+#[tokio::test]
+async fn sigkilled_owner_is_taken_over_within_ttl_plus_one_campaign() {
+    let db = migrated_database(PARTITIONS).await;
+    let mut a = spawn_replica(&db, "kill-a", TTL_MS);
+    let b = spawn_replica(&db, "kill-b", TTL_MS);
+    time_until(&db, Duration::from_secs(20), |m| {
+        split_between(m, &a.id, &b.id)
+    })
+    .await;
+    let before = read_map(&db).await;
+
+    a.process.sigkill().unwrap();
+    let took = time_until(&db, Duration::from_secs(10), |m| {
+        all_owned_by_one_of(m, &[&b.id])
+    })
+    .await;
+    println!(
+        "takeover after SIGKILL: {} ms (ttl {TTL_MS} ms, campaign {CAMPAIGN_MS} ms)",
+        took.as_millis()
+    );
+    // I6: within TTL + one campaign period (+20 % jitter), plus polling slack.
+    assert!(
+        took <= Duration::from_millis(TTL_MS + CAMPAIGN_MS * 12 / 10 + 500),
+        "took {took:?}"
+    );
+
+    let after = read_map(&db).await;
+    for (old, new) in before.partitions.iter().zip(&after.partitions) {
+        if old.owner_id.as_deref() == Some("kill-a") {
+            assert!(
+                new.epoch > old.epoch,
+                "takeover bumps the epoch of partition {}",
+                old.partition
+            );
+            assert!(new.revision > old.revision);
+        }
+    }
+    // The survivor serves the dead replica's partitions.
+    restock(&b.url, "after-kill", 3).await;
+    drop(b);
+}
+
+#[tokio::test]
+async fn sigterm_releases_leases_so_takeover_is_immediate() {
+    let db = migrated_database(PARTITIONS).await;
+    // A long lease makes a release and an expiry easy to tell apart.
+    let ttl = 8000;
+    let mut a = spawn_replica(&db, "term-a", ttl);
+    let b = spawn_replica(&db, "term-b", ttl);
+    time_until(&db, Duration::from_secs(20), |m| {
+        split_between(m, &a.id, &b.id)
+    })
+    .await;
+
+    let stopped = Instant::now();
+    a.process.sigterm().unwrap();
+    let status = a.process.wait_exit(Duration::from_secs(10)).await.unwrap();
+    assert!(
+        status.success(),
+        "graceful exit: {status:?}\n{}",
+        a.process.log_tail(20)
+    );
+    let exited = stopped.elapsed();
+    let took = time_until(&db, Duration::from_secs(10), |m| {
+        all_owned_by_one_of(m, &[&b.id])
+    })
+    .await
+        + exited;
+    println!(
+        "takeover after SIGTERM: {} ms (process exited after {} ms; ttl {ttl} ms)",
+        took.as_millis(),
+        exited.as_millis()
+    );
+    assert!(
+        took < Duration::from_millis(ttl / 2),
+        "took {took:?}: leases were not released"
+    );
+    let log = a.process.log_tail(200);
+    assert!(log.contains("lease released"), "{log}");
+    drop(b);
+}
+
+#[tokio::test]
+async fn paused_owner_cannot_write_after_a_takeover() {
+    let db = migrated_database(PARTITIONS).await;
+    let mut a = spawn_replica(&db, "pause-a", TTL_MS);
+    let b = spawn_replica(&db, "pause-b", TTL_MS);
+    time_until(&db, Duration::from_secs(20), |m| {
+        split_between(m, &a.id, &b.id)
+    })
+    .await;
+    let map = read_map(&db).await;
+    let owned_by_a = map
+        .partitions
+        .iter()
+        .find(|p| p.owner_id.as_deref() == Some("pause-a"))
+        .unwrap();
+    let partition = owned_by_a.partition;
+    let old_epoch = owned_by_a.epoch;
+    let sku = (0..)
+        .map(|i| format!("paused-{i}"))
+        .find(|s| partition_for(s, PARTITIONS) == partition)
+        .unwrap();
+    restock(&a.url, &sku, 10).await;
+
+    a.process.sigstop().unwrap();
+    let took = time_until(&db, Duration::from_secs(10), |m| {
+        m.partitions[partition as usize].owner_id.as_deref() == Some("pause-b")
+    })
+    .await;
+    println!(
+        "takeover of a SIGSTOPped owner's partition: {} ms",
+        took.as_millis()
+    );
+    let new_epoch = read_map(&db).await.partitions[partition as usize].epoch;
+    assert!(new_epoch > old_epoch);
+
+    // The old owner wakes up believing nothing happened; the first thing it sees is a request.
+    a.process.sigcont().unwrap();
+    let woke = http()
+        .post(format!("{}/v1/reservations", a.url))
+        .json(&json!({"reservation_id": "stale-1", "sku": sku, "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            woke.status(),
+            StatusCode::MISDIRECTED_REQUEST | StatusCode::SERVICE_UNAVAILABLE
+        ),
+        "a paused owner must not serve after waking: {}",
+        woke.status()
+    );
+    // And nothing in the partition was written under the old epoch after the takeover.
+    let pg = client(&db).await;
+    let stale: i64 = pg
+        .query_one(
+            "SELECT count(*) FROM ledger WHERE partition = $1 AND epoch < $2 AND kind = 'reserve'",
+            &[&(partition as i32), &new_epoch],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stale, 0);
+    // The new owner serves the SKU.
+    let served = http()
+        .post(format!("{}/v1/reservations", b.url))
+        .json(&json!({"reservation_id": "fresh-1", "sku": sku, "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), StatusCode::CREATED);
+    let log = a.process.log_tail(400);
+    assert!(
+        log.contains("process stall detected") || log.contains("lease lost"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn replicas_never_hold_one_partition_at_the_same_time() {
+    let db = migrated_database(PARTITIONS).await;
+    let mut replicas = vec![
+        TestReplica::start(fast_config(&db, "x-1")).await,
+        TestReplica::start(fast_config(&db, "x-2")).await,
+    ];
+    let sample = |replicas: &[TestReplica]| {
+        for partition in 0..PARTITIONS {
+            let holders: Vec<&str> = replicas
+                .iter()
+                .filter(|r| r.ownership.authority_any(partition).is_some())
+                .map(|r| r.replica_id.as_str())
+                .collect();
+            assert!(
+                holders.len() <= 1,
+                "partition {partition} held by {holders:?}"
+            );
+        }
+    };
+    let churn_at = [Duration::from_secs(2), Duration::from_secs(4)];
+    let start = Instant::now();
+    let mut step = 0;
+    let mut samples = 0;
+    while start.elapsed() < Duration::from_secs(7) {
+        sample(&replicas);
+        samples += 1;
+        if step < churn_at.len() && start.elapsed() >= churn_at[step] {
+            if step == 0 {
+                replicas.push(TestReplica::start(fast_config(&db, "x-3")).await);
+            } else {
+                let leaving = replicas.remove(0);
+                leaving.stop().await;
+            }
+            step += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(samples > 200, "sampled {samples} times");
+    // After the churn the two remaining replicas share every partition.
+    let ids: Vec<String> = replicas.iter().map(|r| r.replica_id.clone()).collect();
+    time_until(&db, Duration::from_secs(10), |m| {
+        split_between(m, &ids[0], &ids[1])
+    })
+    .await;
+    for r in replicas {
+        r.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn database_blackhole_and_stop_make_partitions_unavailable_then_recover() {
+    let pg = PgServer::start().await.unwrap();
+    let db = pg.create_database("faults").await.unwrap();
+    migrate(&db, PARTITIONS).await;
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", pg.port()).parse().unwrap()).unwrap();
+    let proxied = db.replace(
+        &format!(":{}/", pg.port()),
+        &format!(":{}/", proxy.addr().port()),
+    );
+    let replica = TestReplica::start(fast_config(&proxied, "bh")).await;
+    wait_owns_all(&replica).await;
+    restock(&replica.url, "bh-sku", 100).await;
+
+    let reserve = |id: String| {
+        let url = replica.url.clone();
+        async move {
+            http()
+                .post(format!("{url}/v1/reservations"))
+                .json(&json!({"reservation_id": id, "sku": "bh-sku", "quantity": 1}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(reserve("bh-0".into()).await.status(), StatusCode::CREATED);
+
+    // Network partition between the replica and its database.
+    proxy.set_mode(ProxyMode::Blackhole);
+    let cut = Instant::now();
+    let mut saw_unavailable = false;
+    let mut i = 0;
+    while cut.elapsed() < Duration::from_secs(6) {
+        i += 1;
+        let response = reserve(format!("bh-{i}")).await;
+        assert_ne!(
+            response.status(),
+            StatusCode::CREATED,
+            "no hold can be granted without the database"
+        );
+        assert_ne!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(response.headers().get("retry-after").is_some());
+            saw_unavailable = true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(saw_unavailable, "clients were told to retry");
+    assert!(
+        replica.ownership.held().is_empty(),
+        "authority dropped at the safe deadline"
+    );
+
+    // Heal: the replica re-acquires (new epochs) and serves again; a retried id converges.
+    proxy.set_mode(ProxyMode::Pass);
+    let healed = Instant::now();
+    loop {
+        let response = reserve("bh-retry".into()).await;
+        if response.status().is_success() {
+            break;
+        }
+        assert!(
+            healed.elapsed() < Duration::from_secs(15),
+            "did not recover: {}",
+            response.status()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "service restored {} ms after the partition healed",
+        healed.elapsed().as_millis()
+    );
+
+    // A stopped database: answers stay fast 503s, then service resumes after restart.
+    let mut pg = pg;
+    pg.stop().await.unwrap();
+    let started = Instant::now();
+    let response = reserve("stopped-1".into()).await;
+    assert!(started.elapsed() < Duration::from_secs(6));
+    assert!(
+        matches!(
+            response.status(),
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::MISDIRECTED_REQUEST
+        ),
+        "{}",
+        response.status()
+    );
+    pg.restart().await.unwrap();
+    let restarted = Instant::now();
+    loop {
+        if reserve("stopped-1".into()).await.status().is_success() {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(20),
+            "did not recover after restart"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "service restored {} ms after the database restarted",
+        restarted.elapsed().as_millis()
+    );
+    let check = client(&db).await;
+    let (row, ledger) = ledger_balance(&check, "bh-sku").await;
+    assert_eq!(row, ledger);
+    let holds: i64 = check
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE status = 'held'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(row[2], holds, "every held unit has exactly one reservation");
+    replica.stop().await;
+}
