@@ -26,6 +26,30 @@ struct Replica {
 }
 
 fn spawn_replica(db: &str, id: &str, ttl_ms: u64) -> Replica {
+    spawn_replica_with(db, id, ttl_ms, Vec::new())
+}
+
+/// libfaketime shifts the replica's wall clock; monotonic time stays real, or tokio's timers
+/// would hang.
+fn faked_clock_env(offset: &str) -> Vec<(String, String)> {
+    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    assert!(
+        std::path::Path::new(lib).exists(),
+        "libfaketime is missing: install the `faketime` package (ops/test.sh does)"
+    );
+    vec![
+        ("LD_PRELOAD".into(), lib.into()),
+        ("FAKETIME".into(), offset.into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ]
+}
+
+fn spawn_replica_with(
+    db: &str,
+    id: &str,
+    ttl_ms: u64,
+    extra_env: Vec<(String, String)>,
+) -> Replica {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let logs = tempfile::tempdir().unwrap();
@@ -41,6 +65,7 @@ fn spawn_replica(db: &str, id: &str, ttl_ms: u64) -> Replica {
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
+    .chain(extra_env)
     .collect();
     let process = ChildProcess::spawn(
         std::path::Path::new(env!("CARGO_BIN_EXE_allocator")),
@@ -430,4 +455,68 @@ async fn database_blackhole_and_stop_make_partitions_unavailable_then_recover() 
         .get(0);
     assert_eq!(row[2], holds, "every held unit has exactly one reservation");
     replica.stop().await;
+}
+
+#[tokio::test]
+async fn skewed_wall_clocks_change_nothing_because_the_database_clock_judges_expiry() {
+    let db = migrated_database(PARTITIONS).await;
+    // One replica lives two hours in the future, the other an hour in the past.
+    let mut ahead = spawn_replica_with(&db, "ahead", TTL_MS, faked_clock_env("+2h"));
+    let behind = spawn_replica_with(&db, "behind", TTL_MS, faked_clock_env("-1h"));
+    time_until(&db, Duration::from_secs(20), |m| {
+        split_between(m, &ahead.id, &behind.id)
+    })
+    .await;
+    // The fault is real: the replica's own log timestamps come from its shifted clock.
+    let log = ahead.process.log_tail(50);
+    let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    let logged: chrono::DateTime<chrono::Utc> =
+        first["timestamp"].as_str().unwrap().parse().unwrap();
+    assert!(
+        logged > chrono::Utc::now() + chrono::Duration::minutes(90),
+        "clock not shifted: {logged}"
+    );
+
+    // Neither steals the other's unexpired leases, whatever its own clock says: the split holds
+    // for several lease periods.
+    let settled = read_map(&db).await;
+    tokio::time::sleep(Duration::from_millis(TTL_MS * 2)).await;
+    let later = read_map(&db).await;
+    for (a, b) in settled.partitions.iter().zip(&later.partitions) {
+        assert_eq!(
+            a.owner_id, b.owner_id,
+            "partition {} changed hands",
+            a.partition
+        );
+        assert_eq!(
+            a.epoch, b.epoch,
+            "partition {} was re-acquired",
+            a.partition
+        );
+    }
+    // Both serve their partitions, and a crash is detected by the database clock as usual.
+    let partition = later
+        .partitions
+        .iter()
+        .find(|p| p.owner_id.as_deref() == Some("behind"))
+        .unwrap()
+        .partition;
+    let sku = (0..)
+        .map(|i| format!("skew-{i}"))
+        .find(|s| partition_for(s, PARTITIONS) == partition)
+        .unwrap();
+    restock(&behind.url, &sku, 2).await;
+    ahead.process.sigkill().unwrap();
+    let took = time_until(&db, Duration::from_secs(10), |m| {
+        all_owned_by_one_of(m, &[&behind.id])
+    })
+    .await;
+    println!(
+        "takeover by a replica whose clock is 1 h behind: {} ms",
+        took.as_millis()
+    );
+    assert!(
+        took <= Duration::from_millis(TTL_MS + CAMPAIGN_MS * 12 / 10 + 500),
+        "took {took:?}"
+    );
 }
