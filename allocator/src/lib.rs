@@ -17,6 +17,7 @@ pub mod hints;
 pub mod lease;
 pub mod metrics;
 pub mod partition;
+pub mod signals;
 pub mod telemetry;
 pub mod wire;
 pub mod worker;

@@ -27,20 +27,10 @@ async fn main() -> anyhow::Result<()> {
             let app = Application::build(*config).await?;
             let shutdown = app.shutdown_token();
             tokio::spawn(async move {
-                wait_for_signal().await;
+                allocator::signals::wait_for_shutdown_signal().await;
                 shutdown.cancel();
             });
             app.run_until_stopped().await
         }
-    }
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "signal received"),
-        _ = int.recv() => tracing::info!(signal = "SIGINT", "signal received"),
     }
 }
