@@ -183,6 +183,22 @@ impl Worker {
     fn record(&self, command: &Command, outcome: &Outcome) {
         metrics::counter!(m::RESERVATION_OUTCOMES, "op" => command.op(), "result" => outcome.result())
             .increment(1);
+        let id = match command {
+            Command::Reserve { reservation_id, .. }
+            | Command::Confirm { reservation_id }
+            | Command::Release { reservation_id } => reservation_id.as_str(),
+            Command::Adjust { adjustment_id, .. } => adjustment_id.as_str(),
+            // Sweeps log their own summary.
+            Command::ExpireDue { .. } => return,
+        };
+        tracing::info!(
+            partition = self.fence.partition,
+            epoch = self.fence.epoch,
+            op = command.op(),
+            reservation_id = id,
+            outcome = outcome.result(),
+            "command applied"
+        );
     }
 
     /// One fenced transaction bounded by the lease's safe deadline and by cancellation.

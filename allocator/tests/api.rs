@@ -541,3 +541,46 @@ async fn partitions_health_ready_and_metrics() {
     }
     replica.stop().await;
 }
+
+#[tokio::test]
+async fn a_partition_owned_elsewhere_is_421_naming_the_owner() {
+    let db = migrated_database(PARTITIONS).await;
+    let a = TestReplica::start(fast_config(&db, "own-a")).await;
+    let b = TestReplica::start(fast_config(&db, "own-b")).await;
+    let map = wait_for_map(&a.url, Duration::from_secs(15), |m| {
+        all_owned_by_one_of(m, &["own-a", "own-b"])
+            && m.partitions
+                .iter()
+                .any(|p| p.owner_id.as_deref() == Some("own-a"))
+            && m.partitions
+                .iter()
+                .any(|p| p.owner_id.as_deref() == Some("own-b"))
+    })
+    .await;
+    let theirs = map
+        .partitions
+        .iter()
+        .find(|p| p.owner_id.as_deref() == Some("own-b"))
+        .unwrap();
+    let sku = (0..)
+        .map(|i| format!("elsewhere-{i}"))
+        .find(|s| allocator::partition::partition_for(s, PARTITIONS) == theirs.partition)
+        .unwrap();
+
+    let misdirected = reserve(&a.url, "m-1", &sku, 1).await;
+    assert_eq!(misdirected.status(), StatusCode::MISDIRECTED_REQUEST);
+    let p = problem(misdirected).await;
+    assert_eq!(p.kind, problem_type::NOT_OWNER);
+    assert_eq!(p.partition, Some(theirs.partition));
+    assert_eq!(p.owner_id.as_deref(), Some("own-b"));
+    assert_eq!(p.owner_url.as_deref(), Some(b.url.as_str()));
+    assert_eq!(p.epoch, Some(theirs.epoch));
+    // Nothing was recorded for the misdirected id: the owner serves it fresh.
+    restock(&b.url, &sku, 1).await;
+    assert_eq!(
+        reserve(&b.url, "m-1", &sku, 1).await.status(),
+        StatusCode::CREATED
+    );
+    a.stop().await;
+    b.stop().await;
+}

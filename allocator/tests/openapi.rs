@@ -120,13 +120,13 @@ struct Operation<'a> {
     op: &'a Value,
 }
 
-impl Operation<'_> {
+impl<'a> Operation<'a> {
     fn name(&self) -> String {
         format!("{} {}", self.method.to_uppercase(), self.path)
     }
 
     /// Path-level and operation-level parameters, resolved.
-    fn parameters<'d>(&'d self, doc: &'d Value) -> Vec<&'d Value> {
+    fn parameters(&self, doc: &'a Value) -> Vec<&'a Value> {
         [self.path_item, self.op]
             .iter()
             .filter_map(|node| node.get("parameters").and_then(Value::as_array))
@@ -135,18 +135,18 @@ impl Operation<'_> {
             .collect()
     }
 
-    fn path_parameters<'d>(&'d self, doc: &'d Value) -> Vec<&'d Value> {
+    fn path_parameters(&self, doc: &'a Value) -> Vec<&'a Value> {
         self.parameters(doc)
             .into_iter()
             .filter(|p| p["in"] == "path")
             .collect()
     }
 
-    fn request_body<'d>(&'d self, doc: &'d Value) -> Option<&'d Value> {
+    fn request_body(&self, doc: &'a Value) -> Option<&'a Value> {
         self.op.get("requestBody").map(|body| resolve(doc, body))
     }
 
-    fn responses(&self) -> &serde_json::Map<String, Value> {
+    fn responses(&self) -> &'a serde_json::Map<String, Value> {
         self.op["responses"]
             .as_object()
             .expect("responses is an object")
