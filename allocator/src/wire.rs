@@ -226,11 +226,36 @@ pub mod validate {
     }
 
     pub fn delta(delta: i64) -> Result<(), String> {
-        if delta == 0 || delta.abs() > ADJUSTMENT_DELTA_MAX {
+        // A range check, not `abs()`: `i64::MIN.abs()` overflows.
+        if delta == 0 || !(-ADJUSTMENT_DELTA_MAX..=ADJUSTMENT_DELTA_MAX).contains(&delta) {
             return Err(format!(
                 "delta must be non-zero and at most {ADJUSTMENT_DELTA_MAX} in magnitude"
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate;
+
+    #[test]
+    fn delta_bounds_do_not_overflow() {
+        assert!(validate::delta(i64::MIN).is_err());
+        assert!(validate::delta(i64::MAX).is_err());
+        assert!(validate::delta(0).is_err());
+        assert!(validate::delta(-1_000_000_000).is_ok());
+        assert!(validate::delta(1_000_000_001).is_err());
+    }
+
+    #[test]
+    fn sku_and_id_rules() {
+        assert!(validate::sku("a.b_c:d-9").is_ok());
+        assert!(validate::sku("a b").is_err());
+        assert!(validate::sku("é").is_err());
+        assert!(validate::id("reservation_id", &"x".repeat(255)).is_ok());
+        assert!(validate::id("reservation_id", &"x".repeat(256)).is_err());
+        assert!(validate::id("reservation_id", "tab\there").is_err());
     }
 }

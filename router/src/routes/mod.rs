@@ -56,10 +56,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::post().to(orders::create))
                 .default_service(web::to(method_not_allowed)),
         )
-        .route("/v1/partitions", web::get().to(partitions::get))
-        .route("/healthz", web::get().to(health::healthz))
-        .route("/readyz", web::get().to(health::readyz))
-        .route("/metrics", web::get().to(health::metrics));
+        .service(
+            web::resource("/v1/partitions")
+                .route(web::get().to(partitions::get))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/healthz")
+                .route(web::get().to(health::healthz))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/readyz")
+                .route(web::get().to(health::readyz))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/metrics")
+                .route(web::get().to(health::metrics))
+                .default_service(web::to(method_not_allowed)),
+        );
 }
 
 /// JSON bodies: bounded size, unknown fields refused by the wire types, every failure a 4xx
