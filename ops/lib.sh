@@ -1,0 +1,304 @@
+# shellcheck shell=bash
+# Shared helpers for the ops/ scripts. Source it; do not execute it.
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#
+# Provides: logging (log/info/warn/die/step), repository paths (REPO_ROOT, CLUSTER_DIR),
+# package installation (ensure_packages), PostgreSQL discovery (pg_bin_dir), free TCP ports
+# (free_port, free_ports), readiness polling (wait_http, wait_tcp) and small process helpers
+# (pid_alive, stop_pid).
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    echo "ops/lib.sh holds helpers for the other ops/ scripts; source it, do not run it" >&2
+    exit 2
+fi
+if [[ -n "${_OPS_LIB_SOURCED:-}" ]]; then
+    return 0
+fi
+_OPS_LIB_SOURCED=1
+
+OPS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$OPS_DIR/.." && pwd)"
+# Everything a local cluster leaves behind (env file, logs, pidfiles, private Redis data).
+CLUSTER_DIR="${CLUSTER_DIR:-$REPO_ROOT/.cluster}"
+export OPS_DIR REPO_ROOT CLUSTER_DIR
+
+# ---------------------------------------------------------------------------------------------
+# Logging. Everything goes to stderr so that stdout stays usable for data (env files, tables).
+# ---------------------------------------------------------------------------------------------
+
+if [[ -t 2 && -z "${NO_COLOR:-}" ]]; then
+    _C_DIM=$'\e[2m' _C_RED=$'\e[31m' _C_YEL=$'\e[33m' _C_GRN=$'\e[32m' _C_BLD=$'\e[1m' _C_OFF=$'\e[0m'
+else
+    _C_DIM='' _C_RED='' _C_YEL='' _C_GRN='' _C_BLD='' _C_OFF=''
+fi
+
+_ops_prog="$(basename "${0:-ops}")"
+
+log()  { printf '%s[%s %s]%s %s\n' "$_C_DIM" "$_ops_prog" "$(date +%H:%M:%S)" "$_C_OFF" "$*" >&2; }
+info() { log "$*"; }
+ok()   { printf '%s[%s %s]%s %s%s%s\n' "$_C_DIM" "$_ops_prog" "$(date +%H:%M:%S)" "$_C_OFF" "$_C_GRN" "$*" "$_C_OFF" >&2; }
+warn() { printf '%s[%s %s]%s %swarning:%s %s\n' "$_C_DIM" "$_ops_prog" "$(date +%H:%M:%S)" "$_C_OFF" "$_C_YEL" "$_C_OFF" "$*" >&2; }
+err()  { printf '%s[%s %s]%s %serror:%s %s\n' "$_C_DIM" "$_ops_prog" "$(date +%H:%M:%S)" "$_C_OFF" "$_C_RED" "$_C_OFF" "$*" >&2; }
+die()  { err "$*"; exit 1; }
+step() { printf '\n%s==> %s%s\n' "$_C_BLD" "$*" "$_C_OFF" >&2; }
+
+# Runs a command quietly; on failure prints the captured output and returns its status.
+quiet() {
+    local out rc=0
+    out="$(mktemp "${TMPDIR:-/tmp}/ops-quiet.XXXXXX")"
+    "$@" >"$out" 2>&1 || rc=$?
+    if ((rc != 0)); then
+        err "command failed (exit $rc): $*"
+        tail -n 40 "$out" >&2
+    fi
+    rm -f "$out"
+    return "$rc"
+}
+
+is_root() { [[ "$(id -u)" -eq 0 ]]; }
+
+# ---------------------------------------------------------------------------------------------
+# Packages
+# ---------------------------------------------------------------------------------------------
+
+# pg_bin_dir: prints the PostgreSQL server bin directory (the one holding initdb, postgres,
+# pg_ctl, psql, pg_isready). $ALLOCATOR_PG_BIN wins (same knob as the Rust test harness), else the
+# highest /usr/lib/postgresql/<version>/bin. Returns 1 when none is installed.
+pg_bin_dir() {
+    if [[ -n "${ALLOCATOR_PG_BIN:-}" ]]; then
+        if [[ -x "$ALLOCATOR_PG_BIN/postgres" && -x "$ALLOCATOR_PG_BIN/initdb" ]]; then
+            printf '%s\n' "$ALLOCATOR_PG_BIN"
+            return 0
+        fi
+        err "ALLOCATOR_PG_BIN=$ALLOCATOR_PG_BIN does not contain postgres and initdb"
+        return 1
+    fi
+    local dir best="" best_ver=-1 ver
+    for dir in /usr/lib/postgresql/*/bin; do
+        [[ -x "$dir/postgres" && -x "$dir/initdb" && -x "$dir/pg_ctl" ]] || continue
+        ver="$(basename "$(dirname "$dir")")"
+        ver="${ver%%.*}"
+        [[ "$ver" =~ ^[0-9]+$ ]] || continue
+        if ((ver > best_ver)); then
+            best_ver=$ver
+            best=$dir
+        fi
+    done
+    [[ -n "$best" ]] || return 1
+    printf '%s\n' "$best"
+}
+
+# redis_server_bin: prints the redis-server executable ($ALLOCATOR_REDIS_SERVER, PATH,
+# /usr/bin/redis-server). Returns 1 when absent.
+redis_server_bin() {
+    if [[ -n "${ALLOCATOR_REDIS_SERVER:-}" && -x "$ALLOCATOR_REDIS_SERVER" ]]; then
+        printf '%s\n' "$ALLOCATOR_REDIS_SERVER"
+        return 0
+    fi
+    local p
+    p="$(command -v redis-server 2>/dev/null)" || p=""
+    [[ -z "$p" && -x /usr/bin/redis-server ]] && p=/usr/bin/redis-server
+    [[ -n "$p" ]] || return 1
+    printf '%s\n' "$p"
+}
+
+_OPS_APT_UPDATED=""
+
+# ensure_packages [what...]: installs the Debian packages behind the given capabilities when they
+# are missing. Capabilities: postgresql (server binaries), redis (redis-server + redis-cli), curl,
+# jq, python3. Without arguments: postgresql redis curl jq. Runs `apt-get update` at most once per
+# shell and only when something must be installed. Set OPS_NO_INSTALL=1 to only check.
+ensure_packages() {
+    local want=("$@")
+    ((${#want[@]})) || want=(postgresql redis curl jq)
+    local missing=() cap
+    for cap in "${want[@]}"; do
+        case "$cap" in
+            postgresql)
+                # An explicit ALLOCATOR_PG_BIN that is wrong is a configuration error, not a
+                # missing package.
+                [[ -z "${ALLOCATOR_PG_BIN:-}" ]] || pg_bin_dir >/dev/null || die "fix or unset ALLOCATOR_PG_BIN"
+                pg_bin_dir >/dev/null 2>&1 || missing+=(postgresql)
+                ;;
+            redis)
+                if ! redis_server_bin >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+                    missing+=(redis-server)
+                fi
+                ;;
+            curl) command -v curl >/dev/null 2>&1 || missing+=(curl) ;;
+            jq) command -v jq >/dev/null 2>&1 || missing+=(jq) ;;
+            python3) command -v python3 >/dev/null 2>&1 || missing+=(python3) ;;
+            *) die "ensure_packages: unknown capability '$cap'" ;;
+        esac
+    done
+    ((${#missing[@]})) || return 0
+
+    if [[ -n "${OPS_NO_INSTALL:-}" ]]; then
+        die "missing packages: ${missing[*]} (OPS_NO_INSTALL is set; install them with apt-get)"
+    fi
+    local sudo=()
+    if ! is_root; then
+        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            die "missing packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}"
+        fi
+    fi
+    command -v apt-get >/dev/null 2>&1 || die "missing packages: ${missing[*]} and no apt-get on this machine"
+
+    info "installing missing packages: ${missing[*]}"
+    local apt_opts=(-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -qq)
+    if [[ -z "$_OPS_APT_UPDATED" ]]; then
+        quiet "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" update \
+            || die "apt-get update failed"
+        _OPS_APT_UPDATED=1
+    fi
+    quiet "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y \
+        --no-install-recommends "${missing[@]}" </dev/null \
+        || die "apt-get install ${missing[*]} failed"
+    # Re-check: the package may not provide what we looked for (e.g. an unusual layout).
+    for cap in "${want[@]}"; do
+        case "$cap" in
+            postgresql) pg_bin_dir >/dev/null 2>&1 || die "postgresql installed but no /usr/lib/postgresql/<v>/bin found" ;;
+            redis) redis_server_bin >/dev/null 2>&1 || die "redis-server installed but not found" ;;
+            *) command -v "$cap" >/dev/null 2>&1 || die "$cap installed but not on PATH" ;;
+        esac
+    done
+    ok "installed: ${missing[*]}"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Ports and readiness
+# ---------------------------------------------------------------------------------------------
+
+# Ports handed out by this shell, so that several free_port calls never return the same port
+# before the services that will bind them have started.
+_OPS_PORTS_TAKEN=" "
+
+# port_in_use PORT: true when something accepts TCP connections on 127.0.0.1:PORT.
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# free_port: prints a TCP port on 127.0.0.1 that nothing listens on right now (and that this shell
+# has not handed out before). Uses the kernel's ephemeral allocation through python3 when
+# available, else probes random ports in 20000-59999 with bash's /dev/tcp.
+free_port() {
+    local port attempt
+    for attempt in $(seq 1 50); do
+        port=""
+        if command -v python3 >/dev/null 2>&1; then
+            port="$(python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null)" || port=""
+        fi
+        if [[ -z "$port" ]]; then
+            port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        fi
+        [[ "$_OPS_PORTS_TAKEN" == *" $port "* ]] && continue
+        port_in_use "$port" && continue
+        _OPS_PORTS_TAKEN+="$port "
+        printf '%s\n' "$port"
+        return 0
+    done
+    err "free_port: no free port found after $attempt attempts"
+    return 1
+}
+
+# http_status URL: prints the HTTP status code of a GET (000 when nothing answered).
+http_status() {
+    curl -s -o /dev/null -w '%{http_code}' --connect-timeout 1 --max-time 3 "$1" 2>/dev/null || true
+}
+
+# wait_http URL [TIMEOUT_SECONDS=60] [PID]: waits until GET URL returns 200. When PID is given and
+# that process exits, gives up at once. Returns 1 on timeout or death.
+wait_http() {
+    local url=$1 timeout=${2:-60} pid=${3:-} code=000
+    local deadline=$((SECONDS + timeout))
+    while ((SECONDS < deadline)); do
+        code="$(http_status "$url")"
+        [[ "$code" == 200 ]] && return 0
+        if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+            err "process $pid exited while waiting for $url"
+            return 1
+        fi
+        sleep 0.3
+    done
+    err "timed out after ${timeout}s waiting for $url (last status $code)"
+    return 1
+}
+
+# wait_tcp HOST PORT [TIMEOUT_SECONDS=30]: waits until HOST:PORT accepts connections.
+wait_tcp() {
+    local host=$1 port=$2 timeout=${3:-30}
+    local deadline=$((SECONDS + timeout))
+    while ((SECONDS < deadline)); do
+        (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+# ---------------------------------------------------------------------------------------------
+
+# pid_alive PID [EXE]: true when PID runs (and, when EXE is given, runs that executable; guards
+# against a recycled pid from a stale pidfile).
+pid_alive() {
+    local pid=$1 exe=${2:-} actual
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    # A zombie (exited, not yet reaped) counts as dead.
+    if [[ -r "/proc/$pid/stat" ]]; then
+        local stat
+        stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
+        stat="${stat##*) }"
+        [[ "${stat%% *}" == Z ]] && return 1
+    fi
+    if [[ -n "$exe" && -e "/proc/$pid/exe" ]]; then
+        actual="$(readlink "/proc/$pid/exe" 2>/dev/null)" || return 0
+        actual="${actual% (deleted)}"
+        [[ "$actual" == "$(readlink -f "$exe")" ]] || return 1
+    fi
+    return 0
+}
+
+# read_pidfile FILE: prints the pid stored in FILE (first line), or nothing.
+read_pidfile() {
+    [[ -r "$1" ]] || return 1
+    local pid
+    read -r pid <"$1" || true
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    printf '%s\n' "$pid"
+}
+
+# stop_pid PID NAME [TIMEOUT=30] [EXE]: SIGTERM, wait up to TIMEOUT seconds, then SIGKILL.
+# Returns 0 once the process is gone (2 when it had to be killed).
+stop_pid() {
+    local pid=$1 name=$2 timeout=${3:-30} exe=${4:-}
+    pid_alive "$pid" "$exe" || return 0
+    kill -TERM "$pid" 2>/dev/null || return 0
+    local deadline=$((SECONDS + timeout))
+    while ((SECONDS < deadline)); do
+        pid_alive "$pid" || return 0
+        sleep 0.2
+    done
+    warn "$name (pid $pid) did not exit within ${timeout}s of SIGTERM; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.2
+    return 2
+}
+
+# load_cluster_env: sources $CLUSTER_DIR/env when it exists (DATABASE_URL, REDIS_URL, ...).
+load_cluster_env() {
+    local f="$CLUSTER_DIR/env"
+    [[ -r "$f" ]] || return 1
+    # shellcheck disable=SC1090
+    source "$f"
+}
+
+# print_header_usage FILE: prints FILE's leading comment block (after the shebang) as help text.
+print_header_usage() {
+    awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
+}

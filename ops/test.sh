@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# README command 2: the workspace's tests (and, for CI, the lints).
+#
+#   ops/test.sh                 cargo test --workspace --all-targets -- --test-threads=2
+#   ops/test.sh --lint          first cargo fmt --check and cargo clippy -D warnings (also CI=true)
+#   ops/test.sh [--lint] [cargo test args...]   replace --workspace --all-targets, e.g.
+#                                               ops/test.sh -p allocator --test fencing
+#
+# The integration tests start private PostgreSQL and Redis servers, so the PostgreSQL server
+# binaries and redis-server are installed when missing (apt-get, as root). Every step runs even
+# when an earlier one failed; the exit status is the first failure's.
+#
+# Knobs: TEST_THREADS (2), TEST_RUNNER (cargo | nextest; default cargo), TEST_BUDGET_SECONDS
+# (whole-run deadline, default 1740 when CI=true, none otherwise; CI=true also adds
+# --no-fail-fast so one run reports every failing test binary), ALLOCATOR_PG_BIN,
+# ALLOCATOR_REDIS_SERVER (exported to the tests; found automatically), OPS_NO_INSTALL=1.
+set -euo pipefail
+
+# shellcheck source=ops/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+lint=0
+[[ "${CI:-}" == true || "${CI:-}" == 1 ]] && lint=1
+cargo_args=()
+for arg in "$@"; do
+    case "$arg" in
+        --lint) lint=1 ;;
+        --no-lint) lint=0 ;;
+        -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) cargo_args+=("$arg") ;;
+    esac
+done
+
+THREADS="${TEST_THREADS:-2}"
+# In CI every test binary runs even after one fails, so one run reports every failure.
+fail_fast=()
+RUNNER="${TEST_RUNNER:-cargo}"
+if [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then
+    BUDGET="${TEST_BUDGET_SECONDS:-1740}"
+    export CARGO_INCREMENTAL=0 CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+    fail_fast=(--no-fail-fast)
+else
+    BUDGET="${TEST_BUDGET_SECONDS:-0}"
+fi
+[[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "TEST_THREADS must be a positive integer"
+[[ "$BUDGET" =~ ^[0-9]+$ ]] || die "TEST_BUDGET_SECONDS must be a number of seconds"
+
+cd "$REPO_ROOT"
+
+step "packages (PostgreSQL server, redis-server)"
+ensure_packages postgresql redis curl jq
+ALLOCATOR_PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"
+ALLOCATOR_REDIS_SERVER="$(redis_server_bin)" || die "no redis-server"
+export ALLOCATOR_PG_BIN ALLOCATOR_REDIS_SERVER
+info "ALLOCATOR_PG_BIN=$ALLOCATOR_PG_BIN ALLOCATOR_REDIS_SERVER=$ALLOCATOR_REDIS_SERVER"
+command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust with rustup)"
+# Each test may run a PostgreSQL, a Redis and several services; lift the fd limit if allowed.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+first_rc=0
+failed=()
+# run NAME CMD...: runs a step within what is left of the budget, records its result.
+run() {
+    local name=$1 rc=0 left=0
+    shift
+    step "$name: $*"
+    local t0=$SECONDS
+    if ((BUDGET > 0)); then
+        left=$((BUDGET - SECONDS))
+        if ((left <= 0)); then
+            err "$name: no time left in TEST_BUDGET_SECONDS=$BUDGET"
+            rc=124
+        else
+            timeout --kill-after=30 "$left" "$@" </dev/null || rc=$?
+            ((rc == 124)) && err "$name: timed out (budget TEST_BUDGET_SECONDS=$BUDGET exhausted)"
+        fi
+    else
+        "$@" </dev/null || rc=$?
+    fi
+    if ((rc == 0)); then
+        ok "$name passed ($((SECONDS - t0))s)"
+    else
+        err "$name failed with exit $rc ($((SECONDS - t0))s)"
+        failed+=("$name")
+        ((first_rc)) || first_rc=$rc
+    fi
+}
+
+if ((lint)); then
+    cargo fmt --version >/dev/null 2>&1 || die "rustfmt missing: rustup component add rustfmt"
+    cargo clippy --version >/dev/null 2>&1 || die "clippy missing: rustup component add clippy"
+    fmt_args=(--check)
+    [[ -t 1 ]] || fmt_args+=(--color never)
+    run fmt cargo fmt --all -- "${fmt_args[@]}"
+    run clippy cargo clippy --workspace --all-targets -- -D warnings
+fi
+
+case "$RUNNER" in
+    cargo)
+        if ((${#cargo_args[@]})); then
+            run tests cargo test "${fail_fast[@]}" "${cargo_args[@]}" -- --test-threads="$THREADS"
+        else
+            run tests cargo test "${fail_fast[@]}" --workspace --all-targets -- --test-threads="$THREADS"
+        fi
+        ;;
+    nextest)
+        cargo nextest --version >/dev/null 2>&1 || die "TEST_RUNNER=nextest but cargo-nextest is not installed"
+        ((${#cargo_args[@]})) || cargo_args=(--workspace --all-targets)
+        run tests cargo nextest run "${fail_fast[@]}" --test-threads="$THREADS" "${cargo_args[@]}"
+        ;;
+    *) die "TEST_RUNNER must be cargo or nextest, got '$RUNNER'" ;;
+esac
+
+echo >&2
+if ((${#failed[@]})); then
+    err "failed: ${failed[*]} (total ${SECONDS}s)"
+    exit "$first_rc"
+fi
+ok "all passed (total ${SECONDS}s)"
