@@ -14,7 +14,9 @@
 # Every scenario gets its own private PostgreSQL (initdb'ed fresh, so no scenario sees another's
 # rows and a shared server's other load does not distort the figures) and Redis, started by
 # ops/cluster.sh (via ops/services.sh) in its own state directory under $BENCH_DIR, so a
-# developer's cluster in .cluster/ is left alone. Everything started is stopped at the end, also
+# developer's cluster in .cluster/ is left alone. That PostgreSQL runs with fsync=off and
+# synchronous_commit=off (ops/services.sh), so a commit costs no disk flush: the figures
+# understate what batching (one commit per batch) saves against a durable server. Everything started is stopped at the end, also
 # on Ctrl-C, SIGTERM or an error.
 #
 # Workload knobs (environment): BENCH_DURATION (20 s per scenario), BENCH_CONCURRENCY (64),
@@ -75,11 +77,22 @@ done
 CHILD=""         # pid of the long-running command we are waiting for
 ACTIVE_DIRS=()   # scenario state dirs whose cluster may be running
 
-# run_child CMD...: runs CMD in the background and waits for it, so that a signal reaches our
-# trap at once instead of after CMD finishes (bash defers traps while a foreground child runs).
+# run_child [--out FILE | --all FILE] CMD...: runs CMD in the background, in its own process group
+# (setsid), and waits for it. Waiting with `wait` lets a signal reach our trap at once (bash defers
+# traps while a foreground child runs), and the trap then stops CMD's whole group, so no helper
+# of CMD (services.sh, initdb, ...) outlives us. --out sends CMD's stdout to FILE, --all stdout
+# and stderr. (The redirection must be on CMD, not on the function call, or the trap's own
+# messages would land in FILE too.)
 run_child() {
-    local rc=0
-    "$@" &
+    local rc=0 mode=none file=""
+    case "$1" in
+        --out | --all) mode=$1 file=$2; shift 2 ;;
+    esac
+    case "$mode" in
+        none) setsid -w "$@" </dev/null & ;;
+        --out) setsid -w "$@" >"$file" </dev/null & ;;
+        --all) setsid -w "$@" >"$file" 2>&1 </dev/null & ;;
+    esac
     CHILD=$!
     wait "$CHILD" || rc=$?
     CHILD=""
@@ -97,7 +110,8 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     if [[ -n "$CHILD" ]]; then
-        kill -TERM "$CHILD" 2>/dev/null || true
+        # The child's own process group (run_child starts it with setsid).
+        kill -TERM -- "-$CHILD" 2>/dev/null || kill -TERM "$CHILD" 2>/dev/null || true
         wait "$CHILD" 2>/dev/null || true
     fi
     local dir
@@ -122,7 +136,7 @@ else
     command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust via rustup)"
     step "cargo build --release -p allocator -p router -p loadtest"
     run_child cargo build --manifest-path "$REPO_ROOT/Cargo.toml" --release \
-        -p allocator -p router -p loadtest </dev/null || die "cargo build failed"
+        -p allocator -p router -p loadtest || die "cargo build failed"
 fi
 for bin in "$LOADTEST" "$TARGET_DIR/release/allocator" "$TARGET_DIR/release/router"; do
     [[ -x "$bin" ]] || die "$bin not found (build it or unset BENCH_SKIP_BUILD)"
@@ -145,6 +159,18 @@ scenario_setup() {
     esac
 }
 
+PG_SETTINGS="(settings unknown)"
+
+# pg_settings DIR: the scenario PostgreSQL's commit durability, read-only.
+pg_settings() {
+    local url pg_bin
+    # shellcheck disable=SC1091
+    url="$(source "$1/env" && echo "$DATABASE_URL ${CLUSTER_PG_MODE:-?}")" || return 1
+    pg_bin="$(pg_bin_dir)" || return 1
+    printf '%s PostgreSQL with %s\n' "${url##* }" "$("$pg_bin/psql" -X -At "${url% *}" \
+        -c "SELECT 'fsync=' || current_setting('fsync') || ' synchronous_commit=' || current_setting('synchronous_commit')" 2>/dev/null)"
+}
+
 # Rough wall time of one scenario beyond the load itself: initdb + start + map (~15 s), seed,
 # final checks and stop.
 OVERHEAD=45
@@ -165,10 +191,10 @@ run_scenario() {
     step "scenario $name: $desc"
     ACTIVE_DIRS+=("$dir")
     info "fresh private PostgreSQL + Redis, migrate ($PARTITIONS partitions), start (log ${dir#"$REPO_ROOT"/}.up.log)"
-    if ! run_child env CLUSTER_DIR="$dir" CLUSTER_PRIVATE="$PRIVATE" CLUSTER_SKIP_BUILD=1 \
+    if ! run_child --all "$dir.up.log" env CLUSTER_DIR="$dir" CLUSTER_PRIVATE="$PRIVATE" CLUSTER_SKIP_BUILD=1 \
         CLUSTER_ALLOCATORS="$allocs" CLUSTER_ROUTERS="$routers" CLUSTER_PARTITIONS="$PARTITIONS" \
         CLUSTER_READY_TIMEOUT=60 CLUSTER_MAP_TIMEOUT=30 ALLOCATOR_BATCH_MAX="$batch" \
-        "$OPS_DIR/cluster.sh" up >"$dir.up.log" 2>&1 </dev/null; then
+        "$OPS_DIR/cluster.sh" up; then
         err "cluster up failed for $name; last lines of $dir.up.log:"
         tail -n 25 "$dir.up.log" >&2 || true
         printf '%s\tfailed\t%s\n' "$name" "$desc" >>"$RESULTS"
@@ -181,18 +207,20 @@ run_scenario() {
     target="$(source "$dir/cluster.env" && if [[ -n "${ROUTER_URL:-}" ]]; then echo "$ROUTER_URL"; else echo "${ALLOCATOR_URLS%% *}"; fi)"
     [[ -n "$target" ]] || die "no URL in $dir/cluster.env"
     info "target $target"
+    PG_SETTINGS="$(pg_settings "$dir")" || PG_SETTINGS="(settings unknown)"
 
     rc=0
     info "seeding $SKUS SKUs with $STOCK units each"
-    run_child "$LOADTEST" seed --target "$target" --skus "$SKUS" --stock "$STOCK" --prefix "$PREFIX" \
-        >"$dir.seed.log" 2>&1 </dev/null || rc=$?
+    run_child --all "$dir.seed.log" "$LOADTEST" seed --target "$target" --skus "$SKUS" --stock "$STOCK" \
+        --prefix "$PREFIX" || rc=$?
     cat "$dir.seed.log" >&2
     if ((rc == 0)); then
         info "load: $CONCURRENCY workers, ${DURATION}s, skew $SKEW"
-        run_child "$LOADTEST" run --target "$target" --skus "$SKUS" --prefix "$PREFIX" \
+        # The report goes to $dir.txt (shown below); progress lines go to our stderr.
+        run_child --out "$dir.txt" "$LOADTEST" run --target "$target" --skus "$SKUS" --prefix "$PREFIX" \
             --concurrency "$CONCURRENCY" --duration-secs "$DURATION" --skew "$SKEW" \
             --quantity "$QUANTITY" --confirm-ratio "$CONFIRM_RATIO" --release-ratio "$RELEASE_RATIO" \
-            --seed "$SEED" --json-out "$dir.json" >"$dir.txt" </dev/null || rc=$?
+            --seed "$SEED" --json-out "$dir.json" || rc=$?
         cat "$dir.txt" >&2
     fi
     if [[ -s "$dir.json" ]] && ((rc == 0 || rc == 1)); then
@@ -223,7 +251,8 @@ done
 
 echo
 echo "hot-SKU benchmark: skew $SKEW over $SKUS SKUs, $CONCURRENCY closed-loop workers, ${DURATION}s per scenario,"
-echo "reserve then confirm $CONFIRM_RATIO / release $RELEASE_RATIO, $PARTITIONS partitions, fresh private PostgreSQL per scenario, $(nproc 2>/dev/null || echo '?') CPUs"
+echo "reserve then confirm $CONFIRM_RATIO / release $RELEASE_RATIO, $PARTITIONS partitions, $(nproc 2>/dev/null || echo '?') CPUs,"
+echo "a fresh $PG_SETTINGS per scenario"
 echo
 awk -F'\t' '
     BEGIN {

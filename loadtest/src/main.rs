@@ -1,1 +1,371 @@
-fn main() {}
+//! Load generator for the allocator / router HTTP API (DESIGN.md §1 "performance engineers",
+//! §6 hot-SKU batching, §9 API).
+//!
+//! ```text
+//! loadtest seed  --target URL --skus 1000 --stock 1000000 --prefix bench
+//! loadtest run   --target URL --skus 1000 --prefix bench --concurrency 64 --duration-secs 20 \
+//!                --skew hot:0.9 --confirm-ratio 0.5 --release-ratio 0.3 --seed 42 [--json]
+//! loadtest check --target URL --skus 1000 --prefix bench
+//! ```
+//!
+//! Exit status: 0 on success, 1 when an invariant fails (run, check) or a SKU could not be
+//! seeded (seed), 2 on usage or setup errors.
+
+mod client;
+mod histogram;
+mod report;
+mod run;
+mod skew;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use allocator::wire::{limits, validate};
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+
+use crate::client::{Api, RetryPolicy};
+use crate::report::RunConfig;
+use crate::skew::{Skew, SkuPicker};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadtest",
+    version,
+    about = "Closed-loop load generator and invariant checker for the allocator / router API"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Restock {prefix}-0..N with --stock units each (idempotent adjustment ids).
+    Seed(SeedArgs),
+    /// Closed-loop reserve → confirm/release workload, latency report and invariant checks.
+    Run(RunArgs),
+    /// Check I1 (available >= 0, on_hand = available + held + confirmed) on {prefix}-0..N.
+    Check(CheckArgs),
+}
+
+/// Flags shared by every subcommand.
+#[derive(Debug, Clone, Args)]
+struct Common {
+    /// Router or allocator base URL.
+    #[arg(long, env = "LOADTEST_TARGET", default_value = "http://127.0.0.1:8080")]
+    target: String,
+    /// Number of SKUs: {prefix}-0 .. {prefix}-(N-1).
+    #[arg(long, env = "LOADTEST_SKUS", default_value_t = 1000)]
+    skus: usize,
+    /// SKU name prefix.
+    #[arg(long, env = "LOADTEST_PREFIX", default_value = "lt")]
+    prefix: String,
+    /// Timeout of one HTTP attempt (connect, send, whole response).
+    #[arg(long, env = "LOADTEST_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
+    request_timeout_ms: u64,
+    /// TCP connect timeout.
+    #[arg(long, env = "LOADTEST_CONNECT_TIMEOUT_MS", default_value_t = 1000)]
+    connect_timeout_ms: u64,
+    /// Total time one operation may spend retrying (503/421/502/504/timeouts/connection errors)
+    /// with the same id before it is counted as given up.
+    #[arg(long, env = "LOADTEST_RETRY_DEADLINE_MS", default_value_t = 10_000)]
+    retry_deadline_ms: u64,
+    /// First retry delay; doubles per retry (with jitter) up to --backoff-max-ms.
+    #[arg(long, env = "LOADTEST_BACKOFF_BASE_MS", default_value_t = 10)]
+    backoff_base_ms: u64,
+    /// Largest retry delay; also caps a server's Retry-After.
+    #[arg(long, env = "LOADTEST_BACKOFF_MAX_MS", default_value_t = 500)]
+    backoff_max_ms: u64,
+    /// Print the report as one JSON object on stdout instead of text.
+    #[arg(long, env = "LOADTEST_JSON", value_parser = clap::builder::BoolishValueParser::new())]
+    json: bool,
+    /// Also write the JSON report to this file.
+    #[arg(long, env = "LOADTEST_JSON_OUT")]
+    json_out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SeedArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Units added to every SKU.
+    #[arg(long, env = "LOADTEST_STOCK", default_value_t = 1_000_000)]
+    stock: i64,
+    /// Adjustments in flight at once.
+    #[arg(long, env = "LOADTEST_SEED_CONCURRENCY", default_value_t = 32)]
+    concurrency: usize,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Closed-loop workers (each has one iteration in flight).
+    #[arg(long, env = "LOADTEST_CONCURRENCY", default_value_t = 16)]
+    concurrency: usize,
+    /// Run for this long (default 10 s when --requests is not given either).
+    #[arg(long, env = "LOADTEST_DURATION_SECS")]
+    duration_secs: Option<f64>,
+    /// Stop after this many iterations (reservations attempted) in total.
+    #[arg(long, env = "LOADTEST_REQUESTS")]
+    requests: Option<u64>,
+    /// SKU popularity: uniform | zipf:S (rank-k SKU drawn with p ∝ 1/k^S) | hot:F (fraction F
+    /// to SKU 0, the rest uniform).
+    #[arg(long, env = "LOADTEST_SKEW", default_value = "zipf:1.1")]
+    skew: Skew,
+    /// Units per reservation.
+    #[arg(long, env = "LOADTEST_QUANTITY", default_value_t = 1)]
+    quantity: i64,
+    /// Hold TTL; long by default so that nothing expires during a run (the accounting check
+    /// assumes it).
+    #[arg(long, env = "LOADTEST_TTL_SECONDS", default_value_t = 3600)]
+    ttl_seconds: u32,
+    /// Fraction of held reservations that are then confirmed.
+    #[arg(long, env = "LOADTEST_CONFIRM_RATIO", default_value_t = 0.5)]
+    confirm_ratio: f64,
+    /// Fraction of held reservations that are then released (the rest stay held).
+    #[arg(long, env = "LOADTEST_RELEASE_RATIO", default_value_t = 0.3)]
+    release_ratio: f64,
+    /// RNG seed (SKU choice and actions; reservation ids are unique per run regardless).
+    #[arg(long, env = "LOADTEST_SEED", default_value_t = 42)]
+    seed: u64,
+    /// Prefix of reservation ids; default unique per run (time and pid).
+    #[arg(long, env = "LOADTEST_RUN_ID")]
+    run_id: Option<String>,
+    /// Snapshot every SKU before the run (for relative accounting) when there are at most this
+    /// many.
+    #[arg(long, env = "LOADTEST_SNAPSHOT_MAX", default_value_t = 100_000)]
+    snapshot_max: usize,
+    /// Wait before resolving unknown outcomes with GET, so queued requests can finish.
+    #[arg(long, env = "LOADTEST_SETTLE_MS", default_value_t = 2000)]
+    settle_ms: u64,
+    /// Progress line on stderr every this many seconds; 0 disables.
+    #[arg(long, env = "LOADTEST_PROGRESS_SECS", default_value_t = 5.0)]
+    progress_secs: f64,
+    /// Concurrency of the snapshot, resolution and check reads.
+    #[arg(long, env = "LOADTEST_CHECK_CONCURRENCY", default_value_t = 32)]
+    check_concurrency: usize,
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Reads in flight at once.
+    #[arg(long, env = "LOADTEST_CHECK_CONCURRENCY", default_value_t = 32)]
+    concurrency: usize,
+}
+
+impl Common {
+    fn validate(&self) -> anyhow::Result<()> {
+        if !(self.target.starts_with("http://") || self.target.starts_with("https://")) {
+            bail!("--target must be an http:// URL, got {:?}", self.target);
+        }
+        if self.skus == 0 {
+            bail!("--skus must be at least 1");
+        }
+        // The longest name is the last one.
+        for k in [0, self.skus - 1] {
+            validate::sku(&run::sku_name(&self.prefix, k))
+                .map_err(|e| anyhow::anyhow!("--prefix {:?}: {e}", self.prefix))?;
+        }
+        if self.request_timeout_ms == 0 || self.retry_deadline_ms == 0 {
+            bail!("--request-timeout-ms and --retry-deadline-ms must be positive");
+        }
+        Ok(())
+    }
+
+    fn api(&self, max_idle: usize) -> anyhow::Result<Api> {
+        Api::new(
+            &self.target,
+            Duration::from_millis(self.request_timeout_ms),
+            Duration::from_millis(self.connect_timeout_ms.max(1)),
+            RetryPolicy {
+                deadline: Duration::from_millis(self.retry_deadline_ms),
+                backoff_base: Duration::from_millis(self.backoff_base_ms.max(1)),
+                backoff_max: Duration::from_millis(self.backoff_max_ms.max(1)),
+            },
+            max_idle,
+        )
+        .context("building the HTTP client")
+    }
+
+    /// Print `value` as text or JSON; write the JSON file if asked.
+    fn emit<T: serde::Serialize>(
+        &self,
+        value: &T,
+        text: impl FnOnce() -> String,
+    ) -> anyhow::Result<()> {
+        if let Some(path) = &self.json_out {
+            let mut json = serde_json::to_string_pretty(value)?;
+            json.push('\n');
+            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        }
+        if self.json {
+            println!("{}", serde_json::to_string(value)?);
+        } else {
+            print!("{}", text());
+        }
+        Ok(())
+    }
+}
+
+fn default_run_id() -> String {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("lt{millis:x}p{:x}", std::process::id())
+}
+
+async fn cmd_seed(args: SeedArgs) -> anyhow::Result<bool> {
+    args.common.validate()?;
+    if !(1..=limits::ADJUSTMENT_DELTA_MAX).contains(&args.stock) {
+        bail!(
+            "--stock must be between 1 and {}",
+            limits::ADJUSTMENT_DELTA_MAX
+        );
+    }
+    let api = args.common.api(args.concurrency.max(1))?;
+    let report = run::seed(run::SeedParams {
+        api,
+        skus: args.common.skus,
+        stock: args.stock,
+        prefix: args.common.prefix.clone(),
+        concurrency: args.concurrency,
+    })
+    .await;
+    args.common.emit(&report, || report.render_text())?;
+    Ok(report.ok)
+}
+
+async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
+    let common = &args.common;
+    common.validate()?;
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    validate::quantity(args.quantity).map_err(|e| anyhow::anyhow!("--quantity: {e}"))?;
+    validate::ttl_seconds(Some(args.ttl_seconds))
+        .map_err(|e| anyhow::anyhow!("--ttl-seconds: {e}"))?;
+    let ratio_ok = |r: f64| r.is_finite() && (0.0..=1.0).contains(&r);
+    if !ratio_ok(args.confirm_ratio)
+        || !ratio_ok(args.release_ratio)
+        || args.confirm_ratio + args.release_ratio > 1.0 + 1e-9
+    {
+        bail!("--confirm-ratio and --release-ratio must be in 0..=1 and sum to at most 1");
+    }
+    let duration_secs = match (args.duration_secs, args.requests) {
+        (None, None) => Some(10.0),
+        (d, _) => d,
+    };
+    if let Some(d) = duration_secs {
+        if !(d.is_finite() && d > 0.0) {
+            bail!("--duration-secs must be positive");
+        }
+    }
+    if args.requests == Some(0) {
+        bail!("--requests must be at least 1");
+    }
+    let run_id = args.run_id.clone().unwrap_or_else(default_run_id);
+    validate::id(
+        "reservation_id",
+        &format!("{run_id}-w{}-{}", args.concurrency, u64::MAX),
+    )
+    .map_err(|e| anyhow::anyhow!("--run-id: {e}"))?;
+    let picker = SkuPicker::new(args.skew, common.skus).map_err(anyhow::Error::msg)?;
+    let config = RunConfig {
+        target: common.target.clone(),
+        run_id,
+        skus: common.skus,
+        prefix: common.prefix.clone(),
+        skew: args.skew.to_string(),
+        concurrency: args.concurrency,
+        duration_secs,
+        requests: args.requests,
+        quantity: args.quantity,
+        ttl_seconds: args.ttl_seconds,
+        confirm_ratio: args.confirm_ratio,
+        release_ratio: args.release_ratio,
+        seed: args.seed,
+    };
+    let api = common.api(args.concurrency.max(args.check_concurrency))?;
+    let progress = (args.progress_secs.is_finite() && args.progress_secs > 0.0)
+        .then(|| Duration::from_secs_f64(args.progress_secs));
+    let report = run::run(run::RunParams {
+        api,
+        config,
+        picker,
+        snapshot_max: args.snapshot_max,
+        settle: Duration::from_millis(args.settle_ms),
+        progress,
+        check_concurrency: args.check_concurrency,
+    })
+    .await?;
+    common.emit(&report, || report.render_text())?;
+    Ok(report.invariants.ok)
+}
+
+async fn cmd_check(args: CheckArgs) -> anyhow::Result<bool> {
+    args.common.validate()?;
+    let api = args.common.api(args.concurrency.max(1))?;
+    let report = run::check(
+        &api,
+        &args.common.prefix,
+        args.common.skus,
+        args.concurrency,
+    )
+    .await;
+    args.common.emit(&report, || {
+        let mut out = format!(
+            "check {}: {} of {} SKUs present; totals on_hand {} available {} held {} confirmed {}: {}\n",
+            report.target,
+            report.present,
+            report.skus,
+            report.totals.on_hand,
+            report.totals.available,
+            report.totals.held,
+            report.totals.confirmed,
+            if report.ok { "OK" } else { "FAILED" }
+        );
+        for e in &report.errors {
+            out.push_str(&format!("  error: {e}\n"));
+        }
+        for v in &report.violations {
+            out.push_str(&format!("  !! {}: {}\n", v.sku, v.violations.join("; ")));
+        }
+        out
+    })?;
+    Ok(report.ok)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("loadtest: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Seed(args) => cmd_seed(args).await,
+            Command::Run(args) => cmd_run(args).await,
+            Command::Check(args) => cmd_check(args).await,
+        }
+    });
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("loadtest: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
