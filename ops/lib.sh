@@ -103,6 +103,19 @@ redis_server_bin() {
     printf '%s\n' "$p"
 }
 
+# libfaketime_path: the preload library that shifts a process's wall clock (clock-skew tests).
+libfaketime_path() {
+    if [[ -n "${ALLOCATOR_LIBFAKETIME:-}" && -f "$ALLOCATOR_LIBFAKETIME" ]]; then
+        printf '%s\n' "$ALLOCATOR_LIBFAKETIME"
+        return 0
+    fi
+    local p
+    for p in /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1; do
+        [[ -f "$p" ]] && { printf '%s\n' "$p"; return 0; }
+    done
+    return 1
+}
+
 _OPS_APT_UPDATED=""
 
 # ensure_packages [what...]: installs the Debian packages behind the given capabilities when they
@@ -129,6 +142,7 @@ ensure_packages() {
             curl) command -v curl >/dev/null 2>&1 || missing+=(curl) ;;
             jq) command -v jq >/dev/null 2>&1 || missing+=(jq) ;;
             python3) command -v python3 >/dev/null 2>&1 || missing+=(python3) ;;
+            faketime) libfaketime_path >/dev/null 2>&1 || missing+=(faketime) ;;
             *) die "ensure_packages: unknown capability '$cap'" ;;
         esac
     done
@@ -162,6 +176,7 @@ ensure_packages() {
         case "$cap" in
             postgresql) pg_bin_dir >/dev/null 2>&1 || die "postgresql installed but no /usr/lib/postgresql/<v>/bin found" ;;
             redis) redis_server_bin >/dev/null 2>&1 || die "redis-server installed but not found" ;;
+            faketime) libfaketime_path >/dev/null 2>&1 || die "faketime installed but libfaketime.so.1 not found" ;;
             *) command -v "$cap" >/dev/null 2>&1 || die "$cap installed but not on PATH" ;;
         esac
     done

@@ -50,8 +50,10 @@ fi
 
 cd "$REPO_ROOT"
 
-step "packages (PostgreSQL server, redis-server)"
-ensure_packages postgresql redis curl jq
+step "packages (PostgreSQL server, redis-server, libfaketime)"
+ensure_packages postgresql redis faketime curl jq
+ALLOCATOR_LIBFAKETIME="$(libfaketime_path)" || die "no libfaketime"
+export ALLOCATOR_LIBFAKETIME
 ALLOCATOR_PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"
 ALLOCATOR_REDIS_SERVER="$(redis_server_bin)" || die "no redis-server"
 export ALLOCATOR_PG_BIN ALLOCATOR_REDIS_SERVER

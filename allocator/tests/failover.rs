@@ -35,13 +35,14 @@ fn spawn_replica(db: &str, id: &str, ttl_ms: u64) -> Replica {
 /// libfaketime shifts the replica's wall clock; monotonic time stays real, or tokio's timers
 /// would hang.
 fn faked_clock_env(offset: &str) -> Vec<(String, String)> {
-    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    let lib = std::env::var("ALLOCATOR_LIBFAKETIME")
+        .unwrap_or_else(|_| "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1".into());
     assert!(
-        std::path::Path::new(lib).exists(),
-        "libfaketime is missing: install the `faketime` package (ops/test.sh does)"
+        std::path::Path::new(&lib).exists(),
+        "libfaketime is missing at {lib}: install the `faketime` package (ops/test.sh does) or set ALLOCATOR_LIBFAKETIME"
     );
     vec![
-        ("LD_PRELOAD".into(), lib.into()),
+        ("LD_PRELOAD".into(), lib),
         ("FAKETIME".into(), offset.into()),
         ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
     ]
