@@ -125,11 +125,17 @@ pg_up_private() {
     quiet as_pg_user "$PG_BIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C -N \
         || die "initdb failed"
 
+    # A throwaway demo/test instance skips durability; CLUSTER_PG_DURABLE=1 keeps PostgreSQL's
+    # defaults (fsync, synchronous commit), e.g. to benchmark what batching saves per commit.
+    local pg_opts="-c listen_addresses=127.0.0.1 -c max_connections=200"
+    if [[ -z "${CLUSTER_PG_DURABLE:-}" ]]; then
+        pg_opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    fi
     for attempt in 1 2 3; do
         port="${CLUSTER_PG_PORT:-$(free_port)}"
         # 8>&- 9>&-: the server must not inherit (and so hold forever) the ops/ lock files.
         if quiet as_pg_user "$PG_BIN/pg_ctl" -D "$data" -l "$logf" -w -t 60 \
-            -o "-p $port -k $base -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+            -o "-p $port -k $base $pg_opts" \
             start 8>&- 9>&-; then
             state_set pg.port "$port"
             break
