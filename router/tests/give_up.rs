@@ -191,6 +191,12 @@ async fn starts_unready_without_postgres_and_answers_503() {
         .await
         .unwrap();
     assert_eq!(ready.status(), 503);
+    assert!(ready.headers().get("retry-after").is_some());
+    let not_ready: Problem = ready.json().await.unwrap();
+    assert_eq!(
+        not_ready.kind,
+        allocator::wire::problem_type::STORAGE_UNAVAILABLE
+    );
     let health = client
         .get(format!("{}/healthz", router.url))
         .send()

@@ -5,22 +5,23 @@ use actix_web::{web, HttpResponse};
 use serde_json::json;
 
 use crate::app::AppState;
+use crate::error::RouterError;
 
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({ "status": "ok" }))
 }
 
-pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, RouterError> {
     match state.cache.current() {
-        Some(map) => HttpResponse::Ok().json(json!({
+        Some(map) => Ok(HttpResponse::Ok().json(json!({
             "status": "ready",
             "revision": map.revision(),
             "partition_count": map.partition_count(),
-        })),
-        None => HttpResponse::ServiceUnavailable().json(json!({
-            "status": "not ready",
-            "reason": "assignment map not loaded",
-        })),
+        }))),
+        // A problem like every other error, with Retry-After: probes and clients read it alike.
+        None => Err(RouterError::Storage(
+            "not ready: assignment map not loaded".into(),
+        )),
     }
 }
 
