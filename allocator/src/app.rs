@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState};
 use crate::clock::SystemClock;
+use crate::commit::{CommitSettings, Committer};
 use crate::config::ServeConfig;
 use crate::db::{build_pool, PoolSettings};
 use crate::hints::HintPublisher;
@@ -54,7 +55,7 @@ impl Application {
             idle_in_transaction_timeout: Duration::from_millis(
                 config.idle_in_transaction_timeout_ms,
             ),
-            lock_timeout: Duration::from_millis(config.statement_timeout_ms),
+            lock_timeout: Duration::from_millis(config.lock_timeout_ms),
             application_name: format!("allocator:{}", config.replica_id),
         };
         let pool = build_pool(&config.database_url, &pool_settings)?;
@@ -81,8 +82,17 @@ impl Application {
             Arc::new(SystemClock),
             timing,
         ));
+        let (committer, _lanes) = Committer::spawn(
+            pool.clone(),
+            CommitSettings {
+                lanes: config.commit_lanes(),
+                max_partitions: config.group_max_partitions.max(1),
+                max_commands: config.batch_max.max(1) * 4,
+                pool_wait: Duration::from_millis(config.pool_wait_ms),
+            },
+        );
         let workers = Arc::new(WorkerContext {
-            pool: pool.clone(),
+            committer,
             ownership: ownership.clone(),
             replica_id: config.replica_id.clone(),
             batch_max: config.batch_max.max(1),

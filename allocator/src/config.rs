@@ -78,6 +78,19 @@ pub struct ServeConfig {
     #[arg(long, env = "ALLOCATOR_IDLE_IN_TX_TIMEOUT_MS", default_value_t = 2000)]
     pub idle_in_transaction_timeout_ms: u64,
 
+    /// Longest wait for a row lock inside a fenced transaction. Only an abnormal writer (an
+    /// operator's session, a paused old owner) ever holds a row this replica needs, so a short
+    /// wait turns it into a quick `503` for that partition instead of a stalled queue.
+    #[arg(long, env = "ALLOCATOR_LOCK_TIMEOUT_MS", default_value_t = 500)]
+    pub lock_timeout_ms: u64,
+    /// Concurrent group-commit transactions (each uses one pooled connection while it runs);
+    /// default: half the pool, at least 1.
+    #[arg(long, env = "ALLOCATOR_COMMIT_LANES")]
+    pub commit_lanes: Option<usize>,
+    /// Most partitions whose ready batches share one transaction; 1 turns group commit off.
+    #[arg(long, env = "ALLOCATOR_GROUP_MAX_PARTITIONS", default_value_t = 32)]
+    pub group_max_partitions: usize,
+
     /// Most commands one partition transaction may carry.
     #[arg(long, env = "ALLOCATOR_BATCH_MAX", default_value_t = 64)]
     pub batch_max: usize,
@@ -107,6 +120,9 @@ impl ServeConfig {
     }
     pub fn renew_interval(&self) -> Duration {
         Duration::from_millis(self.renew_interval_ms.unwrap_or(self.lease_ttl_ms / 3))
+    }
+    pub fn commit_lanes(&self) -> usize {
+        self.commit_lanes.unwrap_or(self.pool_size / 2).max(1)
     }
     pub fn campaign_interval(&self) -> Duration {
         Duration::from_millis(self.campaign_interval_ms)

@@ -4,6 +4,9 @@ use tokio_postgres::error::SqlState;
 
 /// SQLSTATE raised by the inventory trigger when a lower epoch tries to write a row.
 pub const SQLSTATE_STALE_EPOCH: &str = "FA001";
+/// SQLSTATE raised by `apply_fenced_batch` when a new id was inserted concurrently; nothing was
+/// written and the batch can run again (the id then replays).
+pub const SQLSTATE_CONCURRENT_ID: &str = "FA004";
 
 /// What a database error means to the allocator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +29,9 @@ pub fn classify(err: &tokio_postgres::Error) -> DbFailure {
     };
     if code.code() == SQLSTATE_STALE_EPOCH {
         return DbFailure::StaleEpoch;
+    }
+    if code.code() == SQLSTATE_CONCURRENT_ID {
+        return DbFailure::Unavailable;
     }
     if code.code().starts_with("08") || code.code().starts_with("57") {
         // connection exceptions, operator intervention (query_canceled, admin_shutdown, ...)

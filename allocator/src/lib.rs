@@ -9,6 +9,7 @@ pub mod api;
 pub mod app;
 pub mod assignment;
 pub mod clock;
+pub mod commit;
 pub mod config;
 pub mod db;
 pub mod error;

@@ -16,6 +16,10 @@ pub const STALE_EPOCH_REJECTIONS: &str = "allocator_stale_epoch_rejections_total
 pub const RESERVATION_OUTCOMES: &str = "allocator_reservation_outcomes_total";
 pub const HTTP_REQUEST_DURATION: &str = "allocator_http_request_duration_seconds";
 pub const BATCH_SIZE: &str = "allocator_batch_size";
+/// Partitions whose batches shared one transaction (group commit).
+pub const GROUP_PARTITIONS: &str = "allocator_group_partitions";
+/// Queued commands dropped because their caller had already given up.
+pub const ABANDONED_COMMANDS: &str = "allocator_abandoned_commands_total";
 pub const DB_TRANSACTION_DURATION: &str = "allocator_db_transaction_duration_seconds";
 pub const EXPIRED_HOLDS: &str = "allocator_expired_holds_total";
 pub const LIVE_REPLICAS: &str = "allocator_live_replicas";
@@ -53,6 +57,12 @@ pub fn install() -> PrometheusHandle {
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.to_owned()), BATCH_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(GROUP_PARTITIONS.to_owned()),
+                        BATCH_BUCKETS,
+                    )
                 })
                 .expect("static, non-empty bucket lists");
             match builder.install_recorder() {

@@ -1,20 +1,25 @@
 //! One worker task per owned partition.
 //!
 //! The worker serialises its partition's commands and batches whatever is queued (up to
-//! `batch_max`) into one fenced transaction: under hot-SKU skew many reservations for one row
-//! then share one commit instead of queueing on the row lock. Before each batch it re-checks
-//! authority, and it bounds the transaction by the lease's safe deadline: work never outlives
-//! the authority it started under. It also sweeps its partition's overdue holds.
+//! `batch_max`) into one fenced statement, handed to the [group committer](crate::commit):
+//! under hot-SKU skew many reservations for one row then share one commit and one row update
+//! instead of queueing on the row lock. Before each batch it re-checks authority, and it bounds
+//! the wait by the lease's safe deadline: work never outlives the authority it started under.
+//!
+//! Overdue holds are swept whenever a sweep is due, whatever the queue depth: a busy partition
+//! carries the sweep as the first command of its next batch (so freed stock is available to the
+//! reserves behind it), an idle one runs it on a timer. A sweep that expired a full batch is due
+//! again at once, so a backlog drains in small steps.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::commit::{CommitError, Committer, Submission};
 use crate::error::DbFailure;
-use crate::fenced::{fenced_transaction, Command, Fence, FencedError, Outcome};
+use crate::fenced::{Command, Fence, FencedError, Outcome};
 use crate::lease::ownership::{Ownership, WorkerHandle};
 use crate::lease::state::{Authority, LossCause};
 use crate::metrics as m;
@@ -52,7 +57,7 @@ pub enum WorkError {
 
 /// What every worker shares.
 pub struct WorkerContext {
-    pub pool: Pool,
+    pub committer: Committer,
     pub ownership: Arc<Ownership>,
     pub replica_id: String,
     pub batch_max: usize,
@@ -72,6 +77,7 @@ pub fn spawn_worker(ctx: Arc<WorkerContext>, partition: u32, epoch: i64) -> Work
         },
         ctx,
         cancel: cancel.clone(),
+        solo: false,
     };
     let task = tokio::spawn(worker.run(receiver));
     WorkerHandle {
@@ -85,34 +91,47 @@ struct Worker {
     ctx: Arc<WorkerContext>,
     fence: Fence,
     cancel: CancellationToken,
+    /// The previous batch failed: run the next one in a transaction of its own.
+    solo: bool,
 }
 
 impl Worker {
-    async fn run(self, mut receiver: mpsc::Receiver<Job>) {
+    async fn run(mut self, mut receiver: mpsc::Receiver<Job>) {
         let partition = self.fence.partition;
         tracing::info!(
             partition,
             epoch = self.fence.epoch,
             "partition worker started"
         );
-        let mut sweep = tokio::time::interval(self.ctx.expiry_interval);
-        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_sweep = Instant::now() + self.ctx.expiry_interval;
         loop {
+            let idle_sweep = tokio::time::sleep_until(next_sweep.into());
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => break,
                 job = receiver.recv() => {
                     let Some(job) = job else { break };
-                    let mut batch = vec![job];
+                    let mut batch = Vec::with_capacity(self.ctx.batch_max);
+                    self.admit(job, &mut batch);
                     while batch.len() < self.ctx.batch_max {
                         match receiver.try_recv() {
-                            Ok(job) => batch.push(job),
+                            Ok(job) => self.admit(job, &mut batch),
                             Err(_) => break,
                         }
                     }
-                    self.process(batch).await;
+                    let sweep = Instant::now() >= next_sweep;
+                    if batch.is_empty() && !sweep {
+                        continue;
+                    }
+                    let drained = self.process(batch, sweep).await;
+                    if sweep {
+                        next_sweep = self.after_sweep(drained);
+                    }
                 }
-                _ = sweep.tick() => self.sweep_expired().await,
+                _ = idle_sweep => {
+                    let drained = self.process(Vec::new(), true).await;
+                    next_sweep = self.after_sweep(drained);
+                }
             }
         }
         // Authority is gone: nothing queued may run; the router retries elsewhere.
@@ -125,6 +144,24 @@ impl Worker {
             epoch = self.fence.epoch,
             "partition worker stopped"
         );
+    }
+
+    /// Take a job into the batch unless its caller has already given up (timed out or
+    /// disconnected): running it would only feed a duplicate of a retry.
+    fn admit(&self, job: Job, batch: &mut Vec<Job>) {
+        if job.reply.is_closed() {
+            metrics::counter!(m::ABANDONED_COMMANDS).increment(1);
+        } else {
+            batch.push(job);
+        }
+    }
+
+    /// When the next sweep is due: at once while a backlog remains.
+    fn after_sweep(&self, drained: Option<u64>) -> Instant {
+        match drained {
+            Some(count) if count as i64 >= self.ctx.expiry_batch => Instant::now(),
+            _ => Instant::now() + self.ctx.expiry_interval,
+        }
     }
 
     fn deadline(&self) -> Result<Instant, WorkError> {
@@ -145,98 +182,117 @@ impl Worker {
         }
     }
 
-    async fn process(&self, batch: Vec<Job>) {
-        metrics::histogram!(m::BATCH_SIZE).record(batch.len() as f64);
-        let commands: Vec<Command> = batch.iter().map(|j| j.command.clone()).collect();
-        match self.execute(&commands).await {
-            Ok(outcomes) => {
+    /// Run `batch` (after a sweep when `sweep` is set) and answer every job. Returns how many
+    /// holds the sweep expired, if it ran.
+    async fn process(&mut self, batch: Vec<Job>, sweep: bool) -> Option<u64> {
+        if !batch.is_empty() {
+            metrics::histogram!(m::BATCH_SIZE).record(batch.len() as f64);
+        }
+        let mut commands = Vec::with_capacity(batch.len() + 1);
+        if sweep {
+            commands.push(Command::ExpireDue {
+                limit: self.ctx.expiry_batch,
+            });
+        }
+        commands.extend(batch.iter().map(|j| j.command.clone()));
+        match self.execute(commands).await {
+            Ok(mut outcomes) => {
+                let drained = if sweep {
+                    match outcomes.remove(0) {
+                        Outcome::Expired { count } => Some(self.swept(count)),
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
                 for (job, outcome) in batch.into_iter().zip(outcomes) {
-                    self.record(&job.command, &outcome);
+                    record(&job.command, &outcome);
                     let _ = job.reply.send(Ok(outcome));
                 }
+                drained
             }
-            Err(error) if batch.len() > 1 && Self::worth_retrying_alone(&error) => {
+            Err(error) if batch.len() > 1 && matches!(error, WorkError::Storage { .. }) => {
                 // One command tripped over something unexpected; do not let it fail the others.
                 for job in batch {
                     let result = self
-                        .execute(std::slice::from_ref(&job.command))
+                        .execute(vec![job.command.clone()])
                         .await
                         .map(|mut o| o.remove(0));
                     if let Ok(outcome) = &result {
-                        self.record(&job.command, outcome);
+                        record(&job.command, outcome);
                     }
                     let _ = job.reply.send(result);
                 }
+                None
             }
             Err(error) => {
+                if batch.is_empty() {
+                    tracing::debug!(partition = self.fence.partition, %error, "expiry sweep skipped");
+                }
                 for job in batch {
                     let _ = job.reply.send(Err(error.clone()));
                 }
+                None
             }
         }
     }
 
-    fn worth_retrying_alone(error: &WorkError) -> bool {
-        matches!(error, WorkError::Storage { .. })
+    fn swept(&self, count: u64) -> u64 {
+        if count > 0 {
+            metrics::counter!(m::EXPIRED_HOLDS).increment(count);
+            tracing::info!(
+                partition = self.fence.partition,
+                epoch = self.fence.epoch,
+                count,
+                "expired overdue holds"
+            );
+        }
+        count
     }
 
-    fn record(&self, command: &Command, outcome: &Outcome) {
-        metrics::counter!(m::RESERVATION_OUTCOMES, "op" => command.op(), "result" => outcome.result())
-            .increment(1);
-        let id = match command {
-            Command::Reserve { reservation_id, .. }
-            | Command::Confirm { reservation_id }
-            | Command::Release { reservation_id } => reservation_id.as_str(),
-            Command::Adjust { adjustment_id, .. } => adjustment_id.as_str(),
-            // Sweeps log their own summary.
-            Command::ExpireDue { .. } => return,
-        };
-        tracing::info!(
-            partition = self.fence.partition,
-            epoch = self.fence.epoch,
-            op = command.op(),
-            reservation_id = id,
-            outcome = outcome.result(),
-            "command applied"
-        );
-    }
-
-    /// One fenced transaction bounded by the lease's safe deadline and by cancellation.
-    async fn execute(&self, commands: &[Command]) -> Result<Vec<Outcome>, WorkError> {
+    /// One fenced statement through the group committer, bounded by the lease's safe deadline
+    /// and by cancellation.
+    async fn execute(&mut self, commands: Vec<Command>) -> Result<Vec<Outcome>, WorkError> {
         let partition = self.fence.partition;
-        let safe_until = self.deadline()?;
-        let started = Instant::now();
-        let work = async {
-            let mut client = self
-                .ctx
-                .pool
-                .get()
-                .await
-                .map_err(|e| WorkError::Unavailable {
-                    partition,
-                    reason: format!("no database connection: {e}"),
-                    outcome_unknown: false,
-                })?;
-            fenced_transaction(&mut client, &self.fence, commands)
-                .await
-                .map_err(|e| self.translate(e))
+        let deadline = self.deadline()?;
+        let (reply, answer) = oneshot::channel();
+        let submission = Submission {
+            fence: self.fence.clone(),
+            commands,
+            deadline,
+            solo: self.solo,
+            reply,
         };
+        if self.ctx.committer.submit(submission).await.is_err() {
+            return Err(WorkError::Unavailable {
+                partition,
+                reason: "replica is shutting down".into(),
+                outcome_unknown: false,
+            });
+        }
         let result = tokio::select! {
             _ = self.cancel.cancelled() => Err(WorkError::Unavailable {
                 partition,
                 reason: "authority lost during the transaction".into(),
                 outcome_unknown: true,
             }),
-            timed = tokio::time::timeout_at(tokio::time::Instant::from_std(safe_until), work) => match timed {
-                Ok(result) => result,
+            answer = answer => match answer {
+                Ok(Ok(outcomes)) => Ok(outcomes),
+                Ok(Err(CommitError::Fenced(error))) => Err(self.translate(error)),
+                Ok(Err(CommitError::Unavailable { reason, outcome_unknown })) => {
+                    Err(WorkError::Unavailable { partition, reason, outcome_unknown })
+                }
                 Err(_) => Err(WorkError::Unavailable {
                     partition,
-                    reason: "lease safe deadline reached during the transaction".into(),
+                    reason: "commit lane stopped".into(),
                     outcome_unknown: true,
                 }),
             },
         };
-        metrics::histogram!(m::DB_TRANSACTION_DURATION).record(started.elapsed().as_secs_f64());
+        self.solo = matches!(
+            result,
+            Err(WorkError::Unavailable { .. } | WorkError::Storage { .. })
+        );
         result
     }
 
@@ -254,7 +310,7 @@ impl Worker {
             DbFailure::Unavailable => WorkError::Unavailable {
                 partition,
                 reason: format!("database unavailable: {error}"),
-                outcome_unknown: true,
+                outcome_unknown: error.outcome_unknown(),
             },
             DbFailure::ConstraintViolation => {
                 tracing::error!(partition, %error, "constraint refused a fenced write");
@@ -272,36 +328,17 @@ impl Worker {
             }
         }
     }
+}
 
-    async fn sweep_expired(&self) {
-        // Keep going while full batches come back, so a backlog drains in small transactions.
-        for _ in 0..10 {
-            let command = Command::ExpireDue {
-                limit: self.ctx.expiry_batch,
-            };
-            match self.execute(std::slice::from_ref(&command)).await {
-                Ok(outcomes) => {
-                    let Some(Outcome::Expired { count }) = outcomes.first() else {
-                        return;
-                    };
-                    if *count > 0 {
-                        metrics::counter!(m::EXPIRED_HOLDS).increment(*count);
-                        tracing::info!(
-                            partition = self.fence.partition,
-                            epoch = self.fence.epoch,
-                            count,
-                            "expired overdue holds"
-                        );
-                    }
-                    if (*count as i64) < self.ctx.expiry_batch {
-                        return;
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(partition = self.fence.partition, %error, "expiry sweep skipped");
-                    return;
-                }
-            }
-        }
-    }
+/// Count every applied command; per-command detail goes to the debug log only, so the hot path
+/// does not format and write a line per reservation.
+fn record(command: &Command, outcome: &Outcome) {
+    metrics::counter!(m::RESERVATION_OUTCOMES, "op" => command.op(), "result" => outcome.result())
+        .increment(1);
+    tracing::debug!(
+        op = command.op(),
+        outcome = outcome.result(),
+        ?command,
+        "command applied"
+    );
 }

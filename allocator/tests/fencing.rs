@@ -170,7 +170,6 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
 async fn an_acquire_cannot_interleave_with_an_owner_transaction() {
     let db = migrated_database(PARTITIONS).await;
     let pool = pool(&db);
-    let pg = client(&db).await;
     let partition = 1;
     let ttl = Duration::from_secs(30);
     let old = store::acquire(
@@ -184,17 +183,28 @@ async fn an_acquire_cannot_interleave_with_an_owner_transaction() {
     .unwrap()
     .unwrap();
 
-    // The lease lapses while the owner's transaction is in flight: the owner has already passed
-    // its fence check and holds the share lock...
-    expire_lease_now(&pg, partition).await;
+    // The owner's batch is in flight: it has passed its fence inside the batch function (run
+    // here in an explicit transaction that stays open, as a slow batch would)...
     let mut owner = client(&db).await;
     let tx = owner.transaction().await.unwrap();
-    tx.query_one(
-        "SELECT epoch FROM leases WHERE partition = $1 FOR SHARE",
-        &[&(partition as i32)],
-    )
-    .await
-    .unwrap();
+    let fenced = tx
+        .query_one(
+            "SELECT o_result FROM apply_fenced_batch('old', ARRAY[$1::int], ARRAY[$2::bigint],
+                    ARRAY[$1::int], ARRAY['expire'], ARRAY[NULL::text], ARRAY[NULL::text],
+                    ARRAY[10::bigint], ARRAY[0])",
+            &[&(partition as i32), &old.epoch],
+        )
+        .await
+        .unwrap();
+    assert_eq!(fenced.get::<_, String>(0), "expired", "the fence passed");
+    // ...and the lease lapses meanwhile. That update (like a renewal, a non-key update) does
+    // not wait for the batch's fence lock, so a stuck batch can never fail renewals.
+    let renewer = client(&db).await;
+    renewer
+        .execute("SET lock_timeout = '300ms'", &[])
+        .await
+        .unwrap();
+    expire_lease_now(&renewer, partition).await;
     // ...when a newer owner tries to acquire: the acquire has to wait for the owner's
     // transaction (here it gives up on its short lock timeout), so it can never commit in the
     // middle of it.
@@ -366,6 +376,31 @@ async fn tables_refuse_negative_stock_stale_epochs_and_ledger_edits() {
         .await
         .expect_err("append-only ledger");
     assert_eq!(delete.code().unwrap().code(), "FA003");
+    let truncate = pg
+        .execute("TRUNCATE ledger", &[])
+        .await
+        .expect_err("append-only ledger, also for TRUNCATE");
+    assert_eq!(truncate.code().unwrap().code(), "FA003");
+    let lopsided = pg
+        .execute(
+            "INSERT INTO ledger (sku, partition, kind, adjustment_id, d_on_hand, d_available,
+                                 d_held, d_confirmed, epoch)
+             VALUES ($1, $2, 'restock', 's', 5, 4, 0, 0, $3)",
+            &[&sku, &(partition as i32), &lease.epoch],
+        )
+        .await
+        .expect_err("every ledger row balances");
+    assert_eq!(lopsided.code().unwrap().code(), "23514");
+    let endless = pg
+        .execute(
+            "INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch,
+                                       ttl_seconds, request_fingerprint, expires_at)
+             VALUES ('endless', $1, $2, 1, 'held', $3, 60, 'x', NULL)",
+            &[&sku, &(partition as i32), &lease.epoch],
+        )
+        .await
+        .expect_err("a hold has an expiry");
+    assert_eq!(endless.code().unwrap().code(), "23514");
     let lease_back = pg
         .execute(
             "UPDATE leases SET epoch = 0 WHERE partition = $1",

@@ -63,7 +63,11 @@ impl AppState {
         };
         if let Some(expected) = expected_epoch(request) {
             if expected != epoch {
+                // The router routed by another epoch than the one served here: its map is out
+                // of date. A 421 makes it refresh and retry, instead of acting on a view that
+                // may be older than ours (or newer, when this replica lost the lease unawares).
                 metrics::counter!(m::STALE_ROUTER_REQUESTS).increment(1);
+                return Err(self.not_owner(partition).await);
             }
         }
         let (reply, answer) = oneshot::channel();

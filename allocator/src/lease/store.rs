@@ -1,5 +1,10 @@
 //! Lease statements against PostgreSQL: acquire, renew, release, replica heartbeats.
 //!
+//! Lock modes: a fenced batch holds its partition's lease row `FOR KEY SHARE`. Acquisition locks
+//! the row `FOR UPDATE`, which conflicts with that fence; renewal and release are plain non-key
+//! updates, which do not. So a takeover can never interleave with an old owner's batch, while a
+//! batch stuck on a row lock never holds up a renewal.
+//!
 //! Every statement is a single conditional `UPDATE … RETURNING` judged by the database clock
 //! (`now()`), so two replicas can never both succeed and no replica compares its own wall clock
 //! with anybody's. Acquire bumps the epoch (`epoch = epoch + 1`) and takes a new assignment
@@ -34,15 +39,25 @@ pub async fn acquire<C: GenericClient>(
 ) -> Result<Option<Acquired>, tokio_postgres::Error> {
     let row = client
         .query_opt(
-            "UPDATE leases
-                SET holder_id = $2, holder_url = $3, epoch = epoch + 1,
+            // The row is locked FOR UPDATE first: that is the lock mode that conflicts with the
+            // FOR KEY SHARE fence of an in-flight batch, so an acquisition waits for (or, on its
+            // lock timeout, gives up on) every transaction still writing under the old epoch.
+            // A plain UPDATE of these non-key columns would not conflict with the fence.
+            "WITH target AS (
+                 SELECT name FROM leases
+                  WHERE name = $1
+                    AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
+                    FOR UPDATE)
+             UPDATE leases AS l
+                SET holder_id = $2, holder_url = $3, epoch = l.epoch + 1,
                     revision = nextval('assignment_revision'),
                     acquired_at = now(), renewed_at = now(),
                     expires_at = now() + $4::bigint * interval '1 millisecond',
-                    transitions = transitions + 1
-              WHERE name = $1
-                AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
-          RETURNING epoch, revision",
+                    transitions = l.transitions + 1
+               FROM target
+              WHERE l.name = target.name
+                AND (l.holder_id IS NULL OR l.expires_at <= now() OR l.holder_id = $2)
+          RETURNING l.epoch, l.revision",
             &[
                 &lease_name(partition),
                 &replica_id,
@@ -73,11 +88,20 @@ pub async fn renew<C: GenericClient>(
     let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
     let rows = client
         .query(
-            "UPDATE leases AS l
+            // A plain non-key UPDATE: it never waits for the FOR KEY SHARE fences of in-flight
+            // batches. SKIP LOCKED leaves out a row an acquirer has locked FOR UPDATE (only an
+            // expired lease can be), so one partition's trouble never delays the others.
+            "WITH mine AS (
+                 SELECT l.name
+                   FROM leases AS l
+                   JOIN unnest($1::text[], $2::bigint[]) AS h(name, epoch)
+                     ON l.name = h.name AND l.epoch = h.epoch
+                  WHERE l.holder_id = $4 AND l.expires_at > now()
+                    FOR NO KEY UPDATE OF l SKIP LOCKED)
+             UPDATE leases AS l
                 SET renewed_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond'
-               FROM unnest($1::text[], $2::bigint[]) AS h(name, epoch)
-              WHERE l.name = h.name AND l.epoch = h.epoch
-                AND l.holder_id = $4 AND l.expires_at > now()
+               FROM mine
+              WHERE l.name = mine.name
           RETURNING l.partition",
             &[&names, &epochs, &millis(ttl), &replica_id],
         )

@@ -1,0 +1,259 @@
+//! Encoding a group of partition batches as the arrays `apply_fenced_batch` takes, and decoding
+//! its one-row-per-command answer back into [`Outcome`]s.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::ClientWrapper;
+use tokio_postgres::Row;
+
+use super::{Command, Fence, FencedError, Outcome};
+use crate::error::SQLSTATE_CONCURRENT_ID;
+use crate::wire::{Adjustment, Reservation, ReservationStatus};
+
+const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity, o_expires,
+                            o_epoch, o_partition, o_available, o_on_hand, o_detail
+                       FROM apply_fenced_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// How often a batch is re-run when a new id it wanted to insert was inserted concurrently by
+/// another partition's owner (the id then replays, so a second attempt settles it).
+const CONCURRENT_ID_ATTEMPTS: usize = 3;
+
+/// One partition's share of a group: its fence and its commands in arrival order.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionBatch<'a> {
+    pub fence: &'a Fence,
+    pub commands: &'a [Command],
+}
+
+/// Run `commands` for `fence.partition` as one fenced statement; one outcome per command, in
+/// order. Either all effects commit under a still-valid epoch or none does.
+pub async fn fenced_transaction(
+    client: &ClientWrapper,
+    fence: &Fence,
+    commands: &[Command],
+) -> Result<Vec<Outcome>, FencedError> {
+    let mut results = apply_group(client, &[PartitionBatch { fence, commands }]).await?;
+    results.pop().expect("one result per partition batch")
+}
+
+/// Run several partitions' batches in one statement (group commit). The outer error means the
+/// statement failed as a whole and nothing was written; otherwise each partition gets its
+/// outcomes, or [`FencedError::StaleEpoch`] when its fence failed (nothing of it was written,
+/// the others committed).
+pub async fn apply_group(
+    client: &ClientWrapper,
+    group: &[PartitionBatch<'_>],
+) -> Result<Vec<Result<Vec<Outcome>, FencedError>>, FencedError> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let replica_id = first.fence.replica_id.as_str();
+    debug_assert!(group.iter().all(|b| b.fence.replica_id == replica_id));
+    let arrays = Arrays::encode(group);
+    let statement = client.prepare_cached(APPLY).await?;
+    let mut attempt = 1;
+    let rows = loop {
+        let result = client
+            .query(
+                &statement,
+                &[
+                    &replica_id,
+                    &arrays.fence_partitions,
+                    &arrays.fence_epochs,
+                    &arrays.partition,
+                    &arrays.op,
+                    &arrays.id,
+                    &arrays.sku,
+                    &arrays.amount,
+                    &arrays.ttl,
+                ],
+            )
+            .await;
+        match result {
+            Err(e) if is_concurrent_id(&e) && attempt < CONCURRENT_ID_ATTEMPTS => attempt += 1,
+            other => break other?,
+        }
+    };
+    decode(group, &rows)
+}
+
+fn is_concurrent_id(error: &tokio_postgres::Error) -> bool {
+    error
+        .code()
+        .is_some_and(|c| c.code() == SQLSTATE_CONCURRENT_ID)
+}
+
+/// The batch as parallel arrays, commands in group order (partition by partition).
+#[derive(Debug, Default)]
+struct Arrays<'a> {
+    fence_partitions: Vec<i32>,
+    fence_epochs: Vec<i64>,
+    partition: Vec<i32>,
+    op: Vec<&'static str>,
+    id: Vec<Option<&'a str>>,
+    sku: Vec<Option<&'a str>>,
+    amount: Vec<i64>,
+    ttl: Vec<i32>,
+}
+
+impl<'a> Arrays<'a> {
+    fn encode(group: &[PartitionBatch<'a>]) -> Self {
+        let total = group.iter().map(|b| b.commands.len()).sum();
+        let mut a = Arrays {
+            partition: Vec::with_capacity(total),
+            op: Vec::with_capacity(total),
+            id: Vec::with_capacity(total),
+            sku: Vec::with_capacity(total),
+            amount: Vec::with_capacity(total),
+            ttl: Vec::with_capacity(total),
+            ..Default::default()
+        };
+        for batch in group {
+            let partition = batch.fence.partition as i32;
+            a.fence_partitions.push(partition);
+            a.fence_epochs.push(batch.fence.epoch);
+            for command in batch.commands {
+                let (id, sku, amount, ttl) = match command {
+                    Command::Reserve {
+                        reservation_id,
+                        sku,
+                        quantity,
+                        ttl_seconds,
+                    } => (
+                        Some(reservation_id.as_str()),
+                        Some(sku.as_str()),
+                        *quantity,
+                        *ttl_seconds as i32,
+                    ),
+                    Command::Confirm { reservation_id } | Command::Release { reservation_id } => {
+                        (Some(reservation_id.as_str()), None, 0, 0)
+                    }
+                    Command::Adjust {
+                        adjustment_id,
+                        sku,
+                        delta,
+                    } => (Some(adjustment_id.as_str()), Some(sku.as_str()), *delta, 0),
+                    Command::ExpireDue { limit } => (None, None, *limit, 0),
+                };
+                a.partition.push(partition);
+                a.op.push(command.op());
+                a.id.push(id);
+                a.sku.push(sku);
+                a.amount.push(amount);
+                a.ttl.push(ttl);
+            }
+        }
+        a
+    }
+}
+
+/// Split the answer rows back per partition, in command order.
+fn decode(
+    group: &[PartitionBatch<'_>],
+    rows: &[Row],
+) -> Result<Vec<Result<Vec<Outcome>, FencedError>>, FencedError> {
+    let mut rows = rows.iter();
+    let mut results = Vec::with_capacity(group.len());
+    for batch in group {
+        let mut outcomes = Vec::with_capacity(batch.commands.len());
+        let mut stale = None;
+        for command in batch.commands {
+            let row = rows
+                .next()
+                .ok_or_else(|| malformed("fewer rows than commands"))?;
+            let result: String = row.get(1);
+            if result == "stale" {
+                stale = Some(row.get::<_, Option<i64>>(7));
+                continue;
+            }
+            outcomes.push(outcome(command, &result, row)?);
+        }
+        results.push(match stale {
+            Some(current) => Err(FencedError::StaleEpoch {
+                partition: batch.fence.partition,
+                ours: batch.fence.epoch,
+                current,
+            }),
+            None => Ok(outcomes),
+        });
+    }
+    Ok(results)
+}
+
+fn malformed(what: &str) -> FencedError {
+    FencedError::Malformed(what.to_owned())
+}
+
+fn status(text: &str) -> Result<ReservationStatus, FencedError> {
+    match text {
+        "held" => Ok(ReservationStatus::Held),
+        "confirmed" => Ok(ReservationStatus::Confirmed),
+        "released" => Ok(ReservationStatus::Released),
+        "expired" => Ok(ReservationStatus::Expired),
+        other => Err(malformed(&format!("unknown reservation status {other:?}"))),
+    }
+}
+
+fn outcome(command: &Command, result: &str, row: &Row) -> Result<Outcome, FencedError> {
+    let replayed: bool = row.get(2);
+    let detail = || row.get::<_, Option<String>>(11).unwrap_or_default();
+    let available = || row.get::<_, Option<i64>>(9).unwrap_or(0);
+    Ok(match result {
+        "created" | "replayed" | "transitioned" => Outcome::Reservation {
+            reservation: reservation(command, row)?,
+            created: result == "created",
+            replayed,
+        },
+        "insufficient" => Outcome::InsufficientStock {
+            available: available(),
+            replayed,
+        },
+        "mismatch" => Outcome::Mismatch { detail: detail() },
+        "not_found" => Outcome::NotFound { detail: detail() },
+        "invalid_state" => Outcome::InvalidState {
+            current: status(&row.get::<_, String>(3))?,
+        },
+        "adjusted" => {
+            let Command::Adjust { adjustment_id, .. } = command else {
+                return Err(malformed("adjustment outcome for another command"));
+            };
+            Outcome::Adjusted {
+                adjustment: Adjustment {
+                    adjustment_id: adjustment_id.clone(),
+                    sku: row.get(4),
+                    delta: row.get(5),
+                    on_hand: row.get::<_, Option<i64>>(10).unwrap_or(0),
+                    available: available(),
+                    partition: row.get::<_, i32>(8) as u32,
+                    epoch: row.get(7),
+                },
+                replayed,
+            }
+        }
+        "shrink_refused" => Outcome::ShrinkRefused {
+            available: available(),
+            replayed,
+        },
+        "expired" => Outcome::Expired {
+            count: row.get::<_, Option<i64>>(5).unwrap_or(0) as u64,
+        },
+        other => return Err(malformed(&format!("unknown result {other:?}"))),
+    })
+}
+
+fn reservation(command: &Command, row: &Row) -> Result<Reservation, FencedError> {
+    let reservation_id = match command {
+        Command::Reserve { reservation_id, .. }
+        | Command::Confirm { reservation_id }
+        | Command::Release { reservation_id } => reservation_id.clone(),
+        _ => return Err(malformed("reservation outcome for another command")),
+    };
+    Ok(Reservation {
+        reservation_id,
+        status: status(&row.get::<_, String>(3))?,
+        sku: row.get(4),
+        quantity: row.get(5),
+        expires_at: row.get::<_, Option<DateTime<Utc>>>(6),
+        partition: row.get::<_, i32>(8) as u32,
+        epoch: row.get(7),
+    })
+}

@@ -1,0 +1,407 @@
+//! Regression tests for failure modes found by exercising one replica as an operator would:
+//! hold expiry under load, unknown-SKU requests against a large ledger, a row locked from
+//! outside, idempotency fingerprints, overdue replays, stale router epochs and abandoned
+//! queued commands. Real PostgreSQL, real HTTP.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use allocator::partition::partition_for;
+use allocator::wire::{
+    problem_type, Problem, Reservation, ReservationStatus, HEADER_EXPECTED_EPOCH,
+};
+use common::*;
+use reqwest::StatusCode;
+use serde_json::json;
+
+/// A SKU that lands in `partition`, distinct per `tag`.
+fn sku_in(partition: u32, tag: &str) -> String {
+    (0..)
+        .map(|i| format!("{tag}-{i}"))
+        .find(|s| partition_for(s, PARTITIONS) == partition)
+        .unwrap()
+}
+
+async fn reserve_with(
+    base: &str,
+    body: serde_json::Value,
+    headers: &[(&str, String)],
+) -> reqwest::Response {
+    let mut request = http().post(format!("{base}/v1/reservations")).json(&body);
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    request.send().await.expect("reserve")
+}
+
+async fn reserve(base: &str, id: &str, sku: &str, quantity: i64, ttl: u32) -> reqwest::Response {
+    reserve_with(
+        base,
+        json!({"reservation_id": id, "sku": sku, "quantity": quantity, "ttl_seconds": ttl}),
+        &[],
+    )
+    .await
+}
+
+async fn available(base: &str, sku: &str) -> i64 {
+    let body: serde_json::Value = http()
+        .get(format!("{base}/v1/inventory/{sku}"))
+        .send()
+        .await
+        .expect("inventory")
+        .json()
+        .await
+        .expect("inventory body");
+    body["available"].as_i64().expect("available")
+}
+
+async fn start(config: allocator::config::ServeConfig) -> TestReplica {
+    let replica = TestReplica::start(config).await;
+    wait_owns_all(&replica).await;
+    replica
+}
+
+#[tokio::test]
+async fn overdue_holds_come_back_while_their_partition_is_busy() {
+    let db = migrated_database(PARTITIONS).await;
+    let mut config = fast_config(&db, "busy");
+    config.expiry_interval_ms = 300;
+    let replica = start(config).await;
+    let base = replica.url.clone();
+    let scarce = sku_in(2, "scarce");
+    let busy = sku_in(2, "busy");
+    restock(&base, &scarce, 5).await;
+    restock(&base, &busy, 1_000_000).await;
+
+    // Keep the partition's queue full with reserves on another SKU of the same partition.
+    let stop = Instant::now() + Duration::from_secs(5);
+    let load: Vec<_> = (0..32)
+        .map(|w| {
+            let base = base.clone();
+            let busy = busy.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < stop {
+                    let id = format!("load-{w}-{n}");
+                    let status = reserve(&base, &id, &busy, 1, 600).await.status();
+                    assert_eq!(status, StatusCode::CREATED, "load reserve {id}");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let held_at = Instant::now();
+    for i in 0..5 {
+        let response = reserve(&base, &format!("short-{i}"), &scarce, 1, 1).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    assert_eq!(available(&base, &scarce).await, 0);
+    let back = loop {
+        if available(&base, &scarce).await == 5 {
+            break held_at.elapsed();
+        }
+        assert!(
+            held_at.elapsed() < Duration::from_secs(10),
+            "holds never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let mut total = 0;
+    for worker in load {
+        total += worker.await.expect("load worker");
+    }
+    // ttl (1 s) + two sweep intervals (0.6 s), plus the time the five reserves took.
+    assert!(
+        back <= Duration::from_millis(1_600 + 400),
+        "holds came back after {back:?} under load"
+    );
+    assert!(Instant::now() < stop + Duration::from_secs(5));
+    assert!(total > 100, "the partition was busy ({total} reserves)");
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_sku_requests_stay_fast_with_a_million_ledger_rows() {
+    let db = migrated_database(PARTITIONS).await;
+    let replica = start(fast_config(&db, "ledger")).await;
+    let base = replica.url.clone();
+    restock(&base, "known", 1_000_000).await;
+    let pg = client(&db).await;
+    // A long history: one million ledger rows (balanced, referencing one adjustment).
+    pg.batch_execute(
+        "INSERT INTO adjustments (adjustment_id, sku, partition, delta, status, epoch)
+         SELECT 'history', sku, partition, 1, 'applied', highest_epoch FROM inventory WHERE sku = 'known';
+         INSERT INTO ledger (sku, partition, kind, adjustment_id, d_on_hand, d_available, d_held,
+                             d_confirmed, epoch)
+         SELECT 'known', partition, 'restock', 'history', 0, 0, 0, 0, highest_epoch
+           FROM inventory, generate_series(1, 1000000) WHERE sku = 'known';
+         ANALYZE ledger;",
+    )
+    .await
+    .expect("bulk ledger");
+
+    async fn median_ms(samples: &mut [f64]) -> f64 {
+        samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        samples[samples.len() / 2]
+    }
+    let mut known = Vec::new();
+    let mut unknown = Vec::new();
+    let mut shrink_unknown = Vec::new();
+    for i in 0..25 {
+        let t = Instant::now();
+        let r = reserve(&base, &format!("k-{i}"), "known", 1, 60).await;
+        known.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(r.status(), StatusCode::CREATED);
+
+        let t = Instant::now();
+        let r = reserve(&base, &format!("u-{i}"), "never-stocked", 1, 60).await;
+        unknown.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+        let t = Instant::now();
+        let r = http()
+            .post(format!("{base}/v1/inventory/never-stocked/adjustments"))
+            .json(&json!({"adjustment_id": format!("s-{i}"), "delta": -1}))
+            .send()
+            .await
+            .unwrap();
+        shrink_unknown.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    }
+    let known = median_ms(&mut known).await;
+    let unknown = median_ms(&mut unknown).await;
+    let shrink = median_ms(&mut shrink_unknown).await;
+    assert!(
+        unknown <= known * 3.0 + 10.0 && shrink <= known * 3.0 + 10.0,
+        "median ms: known {known:.1}, unknown-sku reserve {unknown:.1}, unknown-sku shrink {shrink:.1}"
+    );
+    // Nothing was recorded for the unknown SKU, so the ids work once it is stocked.
+    let rows: i64 = pg
+        .query_one(
+            "SELECT (SELECT count(*) FROM reservations WHERE sku = 'never-stocked')
+                  + (SELECT count(*) FROM adjustments WHERE sku = 'never-stocked')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0);
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn a_row_locked_from_outside_makes_only_its_partition_unavailable() {
+    let db = migrated_database(PARTITIONS).await;
+    let replica = start(fast_config(&db, "stuck")).await;
+    let base = replica.url.clone();
+    let stuck = sku_in(1, "stuck");
+    let others: Vec<String> = (2..PARTITIONS).map(|p| sku_in(p, "free")).collect();
+    restock(&base, &stuck, 1_000).await;
+    for sku in &others {
+        restock(&base, sku, 1_000).await;
+    }
+
+    // Another session holds the stuck SKU's row for two lease TTLs.
+    let mut locker = client(&db).await;
+    let tx = locker.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM inventory WHERE sku = $1 FOR UPDATE",
+        &[&stuck],
+    )
+    .await
+    .unwrap();
+    let until = Instant::now() + Duration::from_millis(2 * 2_000);
+    let (mut ok, mut stuck_503, mut n) = (0, 0, 0);
+    while Instant::now() < until {
+        let sku = &others[n % others.len()];
+        let response = reserve(&base, &format!("free-{n}"), sku, 1, 600).await;
+        let status = response.status();
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "other partitions keep serving: {}",
+            response.text().await.unwrap_or_default()
+        );
+        ok += 1;
+        if n % 10 == 0 {
+            let response = reserve(&base, &format!("stuck-{n}"), &stuck, 1, 600).await;
+            if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+                stuck_503 += 1;
+            } else {
+                panic!("stuck partition answered {}", response.status());
+            }
+        }
+        n += 1;
+    }
+    assert!(ok > 20, "{ok} reserves served on other partitions");
+    assert!(stuck_503 > 0);
+    assert_eq!(
+        replica.ownership.held().len(),
+        PARTITIONS as usize,
+        "no lease was lost while one row was stuck"
+    );
+
+    tx.rollback().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let response = reserve(&base, "stuck-after", &stuck, 1, 600).await;
+        if response.status() == StatusCode::CREATED {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stuck partition never recovered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn every_field_that_changes_the_effect_is_in_the_fingerprint() {
+    let db = migrated_database(PARTITIONS).await;
+    let replica = start(fast_config(&db, "fingerprint")).await;
+    let base = replica.url.clone();
+    restock(&base, "fp", 10).await;
+    assert_eq!(
+        reserve(&base, "fp-1", "fp", 1, 60).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        reserve(&base, "fp-1", "fp", 1, 60).await.status(),
+        StatusCode::OK
+    );
+    let longer = reserve(&base, "fp-1", "fp", 1, 600).await;
+    assert_eq!(longer.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Problem = longer.json().await.unwrap();
+    assert_eq!(problem.kind, problem_type::IDEMPOTENCY_MISMATCH);
+    // Leaving the ttl out means the default (900 s), which is another ttl as well.
+    let default_ttl = reserve_with(
+        &base,
+        json!({"reservation_id": "fp-1", "sku": "fp", "quantity": 1}),
+        &[],
+    )
+    .await;
+    assert_eq!(default_ttl.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(available(&base, "fp").await, 9, "nothing applied twice");
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn replaying_an_overdue_hold_reports_it_expired_and_frees_its_stock() {
+    let db = migrated_database(PARTITIONS).await;
+    let mut config = fast_config(&db, "overdue");
+    // The sweeper stays away, so only the replay itself can notice the hold ran out.
+    config.expiry_interval_ms = 600_000;
+    let replica = start(config).await;
+    let base = replica.url.clone();
+    restock(&base, "late", 3).await;
+    assert_eq!(
+        reserve(&base, "late-1", "late", 3, 1).await.status(),
+        StatusCode::CREATED
+    );
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+
+    let replay = reserve(&base, "late-1", "late", 3, 1).await;
+    assert_eq!(replay.status(), StatusCode::OK);
+    let body: Reservation = replay.json().await.unwrap();
+    assert_eq!(body.status, ReservationStatus::Expired, "never 'held'");
+    assert_eq!(available(&base, "late").await, 3, "its stock is back");
+    let confirm = http()
+        .post(format!("{base}/v1/reservations/late-1/confirm"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(confirm.status(), StatusCode::CONFLICT);
+    let problem: Problem = confirm.json().await.unwrap();
+    assert_eq!(problem.current_status, Some(ReservationStatus::Expired));
+    let pg = client(&db).await;
+    let (row, ledger) = ledger_balance(&pg, "late").await;
+    assert_eq!(row, ledger, "ledger records the expiry");
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn a_router_expecting_another_epoch_is_sent_to_refresh() {
+    let db = migrated_database(PARTITIONS).await;
+    let replica = start(fast_config(&db, "epochs")).await;
+    let base = replica.url.clone();
+    restock(&base, "ep", 10).await;
+    let partition = partition_for("ep", PARTITIONS);
+    let epoch = replica
+        .ownership
+        .authority_any(partition)
+        .expect("owned partition");
+    let body = json!({"reservation_id": "ep-1", "sku": "ep", "quantity": 1, "ttl_seconds": 60});
+    let stale = reserve_with(
+        &base,
+        body.clone(),
+        &[(HEADER_EXPECTED_EPOCH, (epoch - 1).to_string())],
+    )
+    .await;
+    assert_eq!(stale.status(), StatusCode::MISDIRECTED_REQUEST);
+    let problem: Problem = stale.json().await.unwrap();
+    assert_eq!(problem.kind, problem_type::NOT_OWNER);
+    assert_eq!(problem.owner_id.as_deref(), Some("epochs"));
+    assert_eq!(problem.epoch, Some(epoch), "names the epoch to route by");
+    assert_eq!(available(&base, "ep").await, 10, "nothing applied");
+    let current = reserve_with(&base, body, &[(HEADER_EXPECTED_EPOCH, epoch.to_string())]).await;
+    assert_eq!(current.status(), StatusCode::CREATED);
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn queued_commands_whose_callers_gave_up_are_not_run() {
+    let db = migrated_database(PARTITIONS).await;
+    let mut config = fast_config(&db, "abandon");
+    config.request_timeout_ms = 300;
+    // The first batch waits for the locked row instead of failing fast, so the commands queued
+    // behind it are still there when the row comes free.
+    config.lock_timeout_ms = 5_000;
+    config.statement_timeout_ms = 5_000;
+    let replica = start(config).await;
+    let base = replica.url.clone();
+    restock(&base, "gone", 100).await;
+
+    let mut locker = client(&db).await;
+    let tx = locker.transaction().await.unwrap();
+    tx.execute("SELECT 1 FROM inventory WHERE sku = 'gone' FOR UPDATE", &[])
+        .await
+        .unwrap();
+    // Callers that give up (the replica's own request deadline answers 503 for them) while the
+    // partition is stuck behind the locked row.
+    let callers: Vec<_> = (0..12)
+        .map(|i| {
+            let base = base.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(40 * i)).await;
+                reserve(&base, &format!("gone-{i}"), "gone", 1, 600)
+                    .await
+                    .status()
+            })
+        })
+        .collect();
+    for caller in callers {
+        assert_eq!(caller.await.unwrap(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    tx.rollback().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+
+    let pg = client(&db).await;
+    let ran: i64 = pg
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE reservation_id LIKE 'gone-%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // At most the batch that was already waiting on the row commits.
+    assert!(
+        ran <= 1,
+        "{ran} commands of callers that gave up were run afterwards"
+    );
+    assert_eq!(available(&base, "gone").await, 100 - ran);
+    replica.stop().await;
+}
