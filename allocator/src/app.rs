@@ -1,5 +1,5 @@
-//! Wiring of one allocator replica: pools, ownership, lease manager, workers, HTTP server, and
-//! one shutdown signal that every task watches.
+//! Wiring of one allocator replica: pools, ownership, lease manager, workers, HTTP server, the
+//! metrics upkeep timer, and one shutdown signal that every task watches.
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -27,6 +27,7 @@ pub struct Application {
     shutdown: CancellationToken,
     manager_task: JoinHandle<()>,
     hint_task: Option<JoinHandle<()>>,
+    metrics_task: JoinHandle<()>,
     ownership: Arc<Ownership>,
 }
 
@@ -122,12 +123,17 @@ impl Application {
         );
         let manager_task = manager.start(shutdown.clone());
 
+        let metrics = crate::metrics::install();
+        let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
+            metrics.clone(),
+            shutdown.clone(),
+        ));
         let state = web::Data::new(AppState {
             pool,
             ownership: ownership.clone(),
             partition_count,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
-            metrics: crate::metrics::install(),
+            metrics,
             ready: ready_rx,
             shutdown: shutdown.clone(),
         });
@@ -152,6 +158,7 @@ impl Application {
             shutdown,
             manager_task,
             hint_task,
+            metrics_task,
             ownership,
         })
     }
@@ -185,6 +192,7 @@ impl Application {
         }
         handle.stop(true).await;
         let _ = server.await;
+        let _ = self.metrics_task.await;
         tracing::info!("allocator replica stopped");
         Ok(())
     }

@@ -13,6 +13,7 @@ pub mod commit;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod faults;
 pub mod fenced;
 pub mod hints;
 pub mod lease;

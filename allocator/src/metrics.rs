@@ -1,9 +1,16 @@
 //! Every metric the allocator exports: names, labels and histogram buckets live here only.
 //! The names are a contract with `ops/prometheus/alerts.yml` and the Grafana dashboard.
+//!
+//! The exporter buffers every histogram sample until something folds the buffers into their
+//! buckets; without its HTTP listener (default features off) only a render or an explicit
+//! upkeep does that. A replica nobody scrapes would therefore grow without bound, so
+//! [`run_upkeep`] folds them on a timer of its own, independent of scrapes.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
 
 pub const LEASES_HELD: &str = "allocator_leases_held";
 pub const LEASE_REMAINING_SECONDS: &str = "allocator_lease_remaining_seconds";
@@ -28,6 +35,15 @@ pub const QUEUE_REJECTIONS: &str = "allocator_queue_rejections_total";
 pub const MISDIRECTED_REQUESTS: &str = "allocator_misdirected_requests_total";
 pub const STALE_ROUTER_REQUESTS: &str = "allocator_stale_router_requests_total";
 pub const HINTS_PUBLISHED: &str = "allocator_hints_published_total";
+/// Partition workers that ended while they still had authority (a panic): the lease is given up.
+pub const WORKER_FAILURES: &str = "allocator_worker_failures_total";
+/// Leases released after authority was dropped (stall, deadline, failed worker) while the
+/// database still named this replica, so peers and routers need not wait for expiry.
+pub const DROPPED_LEASE_RELEASES: &str = "allocator_dropped_lease_releases_total";
+
+/// How often histogram samples are folded into their buckets. Bounds the buffered samples to
+/// what arrives in this period (about 0.5 MB at 1.3k requests/s), scraped or not.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Latency buckets (seconds) for HTTP requests and database transactions: sub-millisecond to the
 /// request deadline.
@@ -73,4 +89,16 @@ pub fn install() -> PrometheusHandle {
             }
         })
         .clone()
+}
+
+/// Fold buffered histogram samples every [`UPKEEP_INTERVAL`] until `shutdown` fires.
+pub async fn run_upkeep(handle: PrometheusHandle, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => handle.run_upkeep(),
+        }
+    }
 }

@@ -185,6 +185,7 @@ impl Worker {
     /// Run `batch` (after a sweep when `sweep` is set) and answer every job. Returns how many
     /// holds the sweep expired, if it ran.
     async fn process(&mut self, batch: Vec<Job>, sweep: bool) -> Option<u64> {
+        crate::faults::before_batch(batch.iter().map(|job| &job.command));
         if !batch.is_empty() {
             metrics::histogram!(m::BATCH_SIZE).record(batch.len() as f64);
         }

@@ -7,22 +7,34 @@
 //! * **renewer** — every `renew_interval` (~ttl/3) renews all held leases in one statement, with a
 //!   timeout; a failure or timeout makes them `Uncertain` (no new work) and retries sooner.
 //! * **campaigner** — every `campaign_interval` ±20 % jitter: heartbeats, counts live replicas,
-//!   acquires free partitions up to `ceil(P / live)` and hands back one surplus partition at a
-//!   time, so a new or returning replica gets work without a thundering herd.
+//!   acquires partitions up to `ceil(P / live)` and hands back one surplus partition at a
+//!   time, so a new or returning replica gets work without a thundering herd. Leases the
+//!   database still names this replica for come first: a restart under the same id takes its
+//!   own partitions back at once (with new epochs) instead of waiting a TTL for them to expire.
+//! * **dropped-lease releaser** — authority is dropped locally (stall, safe deadline, failed
+//!   worker) without asking the database, which keeps naming this replica until expiry; routers
+//!   would keep being sent back with `421`. This task releases those leases, conditional on
+//!   holder and epoch, so a peer (or this replica, with a new epoch) takes them at once.
+//!
+//! Workers are supervised: one that ends while it still has authority (a panic) would leave the
+//! partition answering `503` while its lease is renewed forever, so its lease is dropped and
+//! given up like any other loss.
 //!
 //! On shutdown every held lease is released (conditional on holder and epoch), so peers take
 //! over within one campaign period instead of a lease TTL.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::ownership::Ownership;
+use super::ownership::{Dropped, Ownership, WorkerHandle};
 use super::state::{LossCause, StallWatchdog};
 use super::store;
 use crate::assignment::{AssignmentHint, HintKind};
@@ -75,6 +87,10 @@ impl LeaseManager {
         let stop_renewing = CancellationToken::new();
         let watchdog = tokio::spawn(self.clone().watchdog(stop_renewing.clone()));
         let renewer = tokio::spawn(self.clone().renewer(stop_renewing.clone()));
+        let releaser = self
+            .ownership
+            .take_loss_feed()
+            .map(|feed| tokio::spawn(self.clone().release_dropped(feed, stop_renewing.clone())));
         let this = self.clone();
         tokio::spawn(async move {
             this.campaigner(shutdown).await;
@@ -82,6 +98,9 @@ impl LeaseManager {
             this.release_all().await;
             stop_renewing.cancel();
             let _ = tokio::join!(watchdog, renewer);
+            if let Some(releaser) = releaser {
+                let _ = releaser.await;
+            }
         })
     }
 
@@ -210,10 +229,17 @@ impl LeaseManager {
         let target = store::fair_share(view.partition_count, view.live_replicas) as usize;
         let held = self.ownership.held();
         if held.len() < target {
+            let holding: HashSet<u32> = held.iter().map(|(p, _)| *p).collect();
             let mut free = view.free;
             free.shuffle(&mut rand::rng());
+            // Own leases first: taking them back moves nothing between replicas.
+            let candidates = view
+                .named_for_me
+                .into_iter()
+                .filter(|p| !holding.contains(p))
+                .chain(free);
             let mut wanted = target - held.len();
-            for partition in free {
+            for partition in candidates {
                 if wanted == 0 {
                     break;
                 }
@@ -234,7 +260,7 @@ impl LeaseManager {
                 .await;
                 match acquired {
                     Ok(Ok(Some(a))) => {
-                        let worker = spawn_worker(self.workers.clone(), partition, a.epoch);
+                        let worker = self.spawn_supervised(partition, a.epoch);
                         self.ownership.install(partition, t0, a.epoch, worker);
                         tracing::info!(
                             partition,
@@ -271,6 +297,110 @@ impl LeaseManager {
             }
         }
         Ok(())
+    }
+
+    /// Start `partition`'s worker under a supervisor: if the worker ends while its lease still
+    /// grants it authority (it was not cancelled), the lease is dropped and thereby released.
+    fn spawn_supervised(&self, partition: u32, epoch: i64) -> WorkerHandle {
+        let WorkerHandle {
+            sender,
+            cancel,
+            task,
+        } = spawn_worker(self.workers.clone(), partition, epoch);
+        let ownership = self.ownership.clone();
+        let cancelled = cancel.clone();
+        let supervisor = tokio::spawn(async move {
+            let ended = task.await;
+            if ended.is_ok() && cancelled.is_cancelled() {
+                return; // stopped on purpose
+            }
+            let how = match &ended {
+                Err(error) if error.is_panic() => "panic",
+                Err(_) => "aborted",
+                Ok(()) => "exited",
+            };
+            metrics::counter!(m::WORKER_FAILURES).increment(1);
+            tracing::error!(
+                partition,
+                epoch,
+                how,
+                "partition worker ended unexpectedly, giving its lease up"
+            );
+            ownership.lose(partition, epoch, LossCause::WorkerFailed);
+        });
+        WorkerHandle {
+            sender,
+            cancel,
+            task: supervisor,
+        }
+    }
+
+    async fn release_dropped(
+        self: Arc<Self>,
+        mut feed: UnboundedReceiver<Dropped>,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let first = tokio::select! {
+                _ = stop.cancelled() => break,
+                dropped = feed.recv() => match dropped {
+                    Some(dropped) => dropped,
+                    None => return,
+                },
+            };
+            // A stall drops every lease at once: give them back in one statement.
+            let mut batch = vec![first];
+            while let Ok(dropped) = feed.try_recv() {
+                batch.push(dropped);
+            }
+            self.release_in_database(&batch).await;
+        }
+        let mut rest = Vec::new();
+        while let Ok(dropped) = feed.try_recv() {
+            rest.push(dropped);
+        }
+        if !rest.is_empty() {
+            self.release_in_database(&rest).await;
+        }
+    }
+
+    /// Release dropped leases, conditional on holder and epoch; a lease already re-acquired
+    /// (newer epoch) or taken by a peer is left alone. A few quick retries, because the
+    /// cancelled worker's transaction may still hold the lease row for a moment.
+    async fn release_in_database(&self, dropped: &[Dropped]) {
+        let leases: Vec<(u32, i64)> = dropped.iter().map(|d| (d.partition, d.epoch)).collect();
+        for attempt in 1..=3u64 {
+            let released = async {
+                let client = self.pool.get().await.map_err(|e| e.to_string())?;
+                store::release_dropped(&**client, &self.settings.replica_id, &leases)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            let error = match tokio::time::timeout(Duration::from_secs(2), released).await {
+                Ok(Ok(rows)) => {
+                    for (partition, epoch, revision) in rows {
+                        metrics::counter!(m::DROPPED_LEASE_RELEASES).increment(1);
+                        tracing::info!(partition, epoch, revision, "dropped lease released");
+                        self.hints.publish(AssignmentHint {
+                            kind: HintKind::Release,
+                            partition,
+                            epoch,
+                            revision,
+                            owner_id: self.settings.replica_id.clone(),
+                        });
+                    }
+                    return;
+                }
+                Ok(Err(error)) => error,
+                Err(_) => "timed out".to_owned(),
+            };
+            tracing::warn!(count = leases.len(), attempt, %error, "releasing dropped leases failed");
+            tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+        }
+        tracing::warn!(
+            count = leases.len(),
+            "dropped leases not released; they will expire"
+        );
     }
 
     /// Stop serving `partition`, let its worker drain, then release the lease.

@@ -5,11 +5,16 @@
 //! the partition's worker. Handlers ask [`Ownership::route`] before queuing work; workers ask
 //! [`Ownership::authority`] again before every transaction, because authority can lapse while a
 //! command waits in the queue.
+//!
+//! Every loss is also reported on a feed ([`Ownership::take_loss_feed`]): dropping authority is
+//! local and immediate, but the database keeps naming this replica until the lease expires, so
+//! the lease manager releases what it dropped (conditional on holder and epoch) and peers and
+//! routers need not wait for the expiry.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::state::{Authority, LeaseState, LeaseTiming, LossCause};
@@ -44,10 +49,22 @@ pub enum Route {
     NotOwned,
 }
 
+/// A lease whose authority this replica dropped; the database may still name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    pub partition: u32,
+    pub epoch: i64,
+    pub cause: LossCause,
+}
+
 pub struct Ownership {
     slots: Vec<Mutex<Slot>>,
     clock: Arc<dyn Clock>,
     timing: LeaseTiming,
+    /// Every loss, for the lease manager to release in the database. Unbounded because losses
+    /// are few (at most one per held lease between acquisitions) and `lose` must never wait.
+    losses: UnboundedSender<Dropped>,
+    loss_feed: Mutex<Option<UnboundedReceiver<Dropped>>>,
 }
 
 impl Ownership {
@@ -60,11 +77,22 @@ impl Ownership {
                 })
             })
             .collect();
+        let (losses, loss_feed) = mpsc::unbounded_channel();
         Self {
             slots,
             clock,
             timing,
+            losses,
+            loss_feed: Mutex::new(Some(loss_feed)),
         }
+    }
+
+    /// The feed of dropped leases; the first caller (the lease manager) gets it.
+    pub fn take_loss_feed(&self) -> Option<UnboundedReceiver<Dropped>> {
+        self.loss_feed
+            .lock()
+            .expect("loss feed lock poisoned")
+            .take()
     }
 
     pub fn partition_count(&self) -> u32 {
@@ -176,6 +204,11 @@ impl Ownership {
             cause = cause.as_str(),
             "lease lost, authority dropped"
         );
+        let _ = self.losses.send(Dropped {
+            partition,
+            epoch,
+            cause,
+        });
         worker
     }
 

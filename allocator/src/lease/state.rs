@@ -62,6 +62,9 @@ pub enum LossCause {
     Stall,
     /// A transaction found the lease row naming another holder or epoch.
     Fenced,
+    /// The partition's worker ended while it still had authority (a panic): nothing would serve
+    /// the partition, so the lease is given up for a fresh acquisition with a new epoch.
+    WorkerFailed,
 }
 
 impl LossCause {
@@ -71,6 +74,7 @@ impl LossCause {
             Self::RenewRejected => "renew_rejected",
             Self::Stall => "stall",
             Self::Fenced => "fenced",
+            Self::WorkerFailed => "worker_failed",
         }
     }
 }

@@ -130,6 +130,35 @@ pub async fn release<C: GenericClient>(
     Ok(row.map(|r| r.get(0)))
 }
 
+/// Give back several leases this replica dropped; each conditional on holder and epoch, in one
+/// statement. Returns `(partition, epoch, new revision)` for each lease that was still ours.
+pub async fn release_dropped<C: GenericClient>(
+    client: &C,
+    replica_id: &str,
+    dropped: &[(u32, i64)],
+) -> Result<Vec<(u32, i64, i64)>, tokio_postgres::Error> {
+    if dropped.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<String> = dropped.iter().map(|(p, _)| lease_name(*p)).collect();
+    let epochs: Vec<i64> = dropped.iter().map(|(_, e)| *e).collect();
+    let rows = client
+        .query(
+            "UPDATE leases AS l
+                SET holder_id = NULL, holder_url = NULL, expires_at = now(),
+                    revision = nextval('assignment_revision'), transitions = l.transitions + 1
+               FROM unnest($1::text[], $2::bigint[]) AS d(name, epoch)
+              WHERE l.name = d.name AND l.epoch = d.epoch AND l.holder_id = $3
+          RETURNING l.partition, l.epoch, l.revision",
+            &[&names, &epochs, &replica_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get::<_, i32>(0) as u32, r.get(1), r.get(2)))
+        .collect())
+}
+
 /// What one campaign round learns from the database in a single round trip.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CampaignView {
@@ -137,6 +166,10 @@ pub struct CampaignView {
     pub partition_count: u32,
     /// Partitions nobody holds right now (unheld or expired), by the database clock.
     pub free: Vec<u32>,
+    /// Unexpired leases the database names this replica for. After a restart under the same id
+    /// (or a dropped lease) the replica may take them back at once: acquire accepts its own
+    /// holder id and always yields a new epoch, so nothing waits for the old lease to expire.
+    pub named_for_me: Vec<u32>,
 }
 
 /// Record this replica's heartbeat and read what a campaign needs.
@@ -163,15 +196,21 @@ pub async fn heartbeat_and_view<C: GenericClient>(
                     (SELECT coalesce(array_agg(partition ORDER BY partition), '{}')
                        FROM leases
                       WHERE partition IS NOT NULL
-                        AND (holder_id IS NULL OR expires_at <= now()))",
-            &[],
+                        AND (holder_id IS NULL OR expires_at <= now())),
+                    (SELECT coalesce(array_agg(partition ORDER BY partition), '{}')
+                       FROM leases
+                      WHERE partition IS NOT NULL
+                        AND holder_id = $1 AND expires_at > now())",
+            &[&replica_id],
         )
         .await?;
     let free: Vec<i32> = row.get(2);
+    let named_for_me: Vec<i32> = row.get(3);
     Ok(CampaignView {
         live_replicas: row.get::<_, i64>(0).max(1) as u32,
         partition_count: row.get::<_, i32>(1) as u32,
         free: free.into_iter().map(|p| p as u32).collect(),
+        named_for_me: named_for_me.into_iter().map(|p| p as u32).collect(),
     })
 }
 

@@ -177,6 +177,19 @@ pub(crate) async fn wait_gone_async(procs: &[ProcId], timeout: Duration) -> bool
     }
 }
 
+/// Resident set size of `pid` in KiB (`VmRSS` in `/proc/<pid>/status`), for memory-bound tests;
+/// `None` once the process is gone.
+pub fn resident_set_kib(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The last `n` lines of a (log) file, for error messages. Missing files yield a placeholder
 /// instead of an error because this is only ever used to enrich another error.
 pub(crate) fn tail_file(path: &std::path::Path, n: usize) -> String {
