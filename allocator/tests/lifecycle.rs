@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -272,10 +272,25 @@ async fn a_stalled_replica_releases_the_leases_it_dropped() {
     restock(&a.url, &sku_in(0, "stall"), 1).await;
 }
 
+/// Peak RSS (KiB) over the samples taken in `[from, to)`.
+fn peak(samples: &[(Duration, u64, u64)], from: Duration, to: Duration) -> u64 {
+    samples
+        .iter()
+        .filter(|(at, _, _)| *at >= from && *at < to)
+        .map(|(_, _, rss)| *rss)
+        .max()
+        .expect("samples in the window")
+}
+
 #[tokio::test]
 async fn an_unscraped_replica_keeps_its_memory_bounded() {
-    const LOAD: Duration = Duration::from_secs(40);
-    const WARMUP: Duration = Duration::from_secs(10);
+    const WARMUP: Duration = Duration::from_secs(5);
+    /// Two upkeep periods, so each window's peak includes a whole buffering cycle.
+    const WINDOW: Duration = Duration::from_secs(10);
+    /// Samples recorded after the early window: ~3.4 MB if nothing ever drained them.
+    const LATER_REQUESTS: u64 = 400_000;
+    /// What a buffered histogram sample costs at least (64 f64 slots per ~536-byte block).
+    const BYTES_PER_SAMPLE: u64 = 8;
     const CONNECTIONS: usize = 8;
     let db = migrated_database(PARTITIONS).await;
     let replica = spawn_replica(&db, "rss", 5000, 1000);
@@ -293,17 +308,15 @@ async fn an_unscraped_replica_keeps_its_memory_bounded() {
 
     // Every request records a latency sample; nothing renders /metrics.
     let requests = Arc::new(AtomicU64::new(0));
-    let stop_at = Instant::now() + LOAD;
+    let stop = Arc::new(AtomicBool::new(false));
     let client = http();
+    let url = format!("{}/healthz", replica.url);
     let load: Vec<_> = (0..CONNECTIONS)
         .map(|_| {
-            let (client, url, requests) = (
-                client.clone(),
-                format!("{}/healthz", replica.url),
-                requests.clone(),
-            );
+            let (client, url, requests, stop) =
+                (client.clone(), url.clone(), requests.clone(), stop.clone());
             tokio::spawn(async move {
-                while Instant::now() < stop_at {
+                while !stop.load(Ordering::Relaxed) {
                     if client.get(&url).send().await.is_ok() {
                         requests.fetch_add(1, Ordering::Relaxed);
                     }
@@ -312,42 +325,44 @@ async fn an_unscraped_replica_keeps_its_memory_bounded() {
         })
         .collect();
     let started = Instant::now();
-    let mut samples = Vec::new();
-    while started.elapsed() < LOAD {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let rss = resident_set_kib(pid).expect("replica alive");
-        samples.push((started.elapsed(), requests.load(Ordering::Relaxed), rss));
+    let early_end = WARMUP + WINDOW;
+    let mut samples: Vec<(Duration, u64, u64)> = Vec::new();
+    let mut early_count = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let at = started.elapsed();
+        let count = requests.load(Ordering::Relaxed);
+        samples.push((at, count, resident_set_kib(pid).expect("replica alive")));
+        if at >= early_end && early_count.is_none() {
+            early_count = Some(count);
+        }
+        if let Some(early) = early_count {
+            if count >= early + LATER_REQUESTS && at >= early_end + 2 * WINDOW {
+                break;
+            }
+        }
+        assert!(
+            at < Duration::from_secs(150),
+            "load too light to tell: {count} requests in {at:?}"
+        );
     }
+    stop.store(true, Ordering::Relaxed);
     for task in load {
         task.await.unwrap();
     }
-    for (at, count, rss) in &samples {
+    let (end, end_count, _) = *samples.last().unwrap();
+    for (at, count, rss) in samples.iter().step_by(4) {
         println!("t={:>5.1}s requests={count:>8} rss={rss} KiB", at.as_secs_f64());
     }
-    let (_, warm_count, warm_rss) = *samples
-        .iter()
-        .find(|(at, _, _)| *at >= WARMUP)
-        .expect("a sample after warm-up");
-    let (_, end_count, _) = *samples.last().unwrap();
-    let peak = samples
-        .iter()
-        .filter(|(at, _, _)| *at >= WARMUP)
-        .map(|(_, _, rss)| *rss)
-        .max()
-        .unwrap();
-    let served = end_count - warm_count;
-    // Buffered samples cost ~8.4 bytes each; with upkeep at most one upkeep period's worth is
-    // buffered, without it every sample since start stays.
-    let unbounded_kib = served * 84 / 10 / 1024;
+    let early = peak(&samples, WARMUP, early_end);
+    let late = peak(&samples, end - WINDOW, end + WINDOW);
+    let later = end_count - early_count.unwrap();
+    let unbounded_kib = later * BYTES_PER_SAMPLE / 1024;
     println!(
-        "after warm-up: {served} requests, rss {warm_rss} -> peak {peak} KiB (unbounded buffering would add ~{unbounded_kib} KiB)"
+        "peak rss {early} KiB early, {late} KiB late; {later} requests in between would buffer >= {unbounded_kib} KiB"
     );
     assert!(
-        served > 150_000,
-        "load too light to tell ({served} requests)"
-    );
-    assert!(
-        peak.saturating_sub(warm_rss) < unbounded_kib / 2,
-        "rss grew from {warm_rss} to {peak} KiB over {served} requests"
+        late.saturating_sub(early) < unbounded_kib / 2,
+        "rss grew from {early} to {late} KiB over {later} unscraped requests"
     );
 }
