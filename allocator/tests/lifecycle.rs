@@ -352,7 +352,10 @@ async fn an_unscraped_replica_keeps_its_memory_bounded() {
     }
     let (end, end_count, _) = *samples.last().unwrap();
     for (at, count, rss) in samples.iter().step_by(4) {
-        println!("t={:>5.1}s requests={count:>8} rss={rss} KiB", at.as_secs_f64());
+        println!(
+            "t={:>5.1}s requests={count:>8} rss={rss} KiB",
+            at.as_secs_f64()
+        );
     }
     let early = peak(&samples, WARMUP, early_end);
     let late = peak(&samples, end - WINDOW, end + WINDOW);

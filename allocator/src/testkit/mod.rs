@@ -29,7 +29,7 @@ pub mod shared;
 mod procfs;
 
 pub use self::postgres::PgServer;
-pub use self::procfs::resident_set_kib;
 pub use self::process::{cargo_bin, free_port, ChildProcess};
+pub use self::procfs::resident_set_kib;
 pub use self::proxy::{ProxyMode, TcpProxy};
 pub use self::redis::RedisServer;
