@@ -68,9 +68,9 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
         epoch: old.epoch,
         replica_id: "old".into(),
     };
-    let mut conn = pool.get().await.unwrap();
+    let conn = pool.get().await.unwrap();
     let seeded = fenced_transaction(
-        &mut conn,
+        &conn,
         &old_fence,
         &[Command::Adjust {
             adjustment_id: "seed".into(),
@@ -113,7 +113,7 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
         },
         Command::ExpireDue { limit: 10 },
     ] {
-        let result = fenced_transaction(&mut conn, &old_fence, &[command]).await;
+        let result = fenced_transaction(&conn, &old_fence, &[command]).await;
         assert!(
             matches!(result, Err(FencedError::StaleEpoch { current: Some(e), .. }) if e == new.epoch),
             "stale epoch must be refused: {result:?}"
@@ -152,7 +152,7 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
         replica_id: "new".into(),
     };
     let ok = fenced_transaction(
-        &mut conn,
+        &conn,
         &new_fence,
         &[Command::Reserve {
             reservation_id: "fresh".into(),
@@ -323,9 +323,9 @@ async fn tables_refuse_negative_stock_stale_epochs_and_ledger_edits() {
         epoch: lease.epoch,
         replica_id: "o".into(),
     };
-    let mut conn = pool.get().await.unwrap();
+    let conn = pool.get().await.unwrap();
     fenced_transaction(
-        &mut conn,
+        &conn,
         &fence,
         &[Command::Adjust {
             adjustment_id: "s".into(),
