@@ -264,10 +264,10 @@ mod tests {
     #[test]
     fn an_attempt_must_outlast_the_allocator_deadline() {
         let mut config = RouterConfig::new("postgres://x/y");
-        // The default leaves exactly the slack.
-        assert_eq!(
-            config.upstream_request_timeout,
-            config.allocator_request_timeout + ALLOCATOR_ANSWER_SLACK
+        // The default covers the allocators' default deadline with room to spare.
+        assert!(
+            config.upstream_request_timeout
+                >= config.allocator_request_timeout + ALLOCATOR_ANSWER_SLACK
         );
         config.validate().unwrap();
         // The old default (2 s against the allocators' 5 s) abandoned attempts still running.
