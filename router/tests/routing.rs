@@ -207,7 +207,8 @@ async fn a_421_from_an_owner_at_a_newer_epoch_refreshes_and_retries() {
         App::new().default_service(web::to(move |req: HttpRequest| {
             let (epoch, seen) = (epoch.clone(), seen.clone());
             async move {
-                let expected: i64 = req.headers()
+                let expected: i64 = req
+                    .headers()
                     .get("x-expected-epoch")
                     .unwrap()
                     .to_str()

@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use allocator::wire::{problem_type, OrderRequest, Problem};
+use allocator::wire::{limits, problem_type, OrderRequest, Problem};
 use deadpool_postgres::Pool;
 use tokio_postgres::error::SqlState;
 
@@ -125,7 +125,7 @@ impl OrderStore {
 
         let stored: OrderRequest = serde_json::from_str(row.get::<_, &str>(0))
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        if &stored != order {
+        if !same_order(&stored, order) {
             tracing::info!(order_id, "order id reused with different lines");
             return Ok(Submission::Mismatch(mismatch(order_id)));
         }
@@ -184,6 +184,13 @@ impl OrderStore {
     }
 }
 
+/// Same lines, and the same effective ttl (an omitted ttl is the default one, as for a single
+/// reservation).
+fn same_order(a: &OrderRequest, b: &OrderRequest) -> bool {
+    let ttl = |o: &OrderRequest| o.ttl_seconds.unwrap_or(limits::TTL_SECONDS_DEFAULT);
+    a.lines == b.lines && ttl(a) == ttl(b)
+}
+
 fn to_json<T: serde::Serialize>(value: &T) -> Option<String> {
     serde_json::to_string(value).ok()
 }
@@ -229,4 +236,25 @@ fn unrecorded(order_id: &str, result: OrderResult) -> OrderResult {
         order_id: order_id.to_owned(),
         lines,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocator::wire::OrderLine;
+
+    #[test]
+    fn an_omitted_ttl_is_the_default_one() {
+        let order = |quantity, ttl_seconds| OrderRequest {
+            lines: vec![OrderLine {
+                sku: "a".to_owned(),
+                quantity,
+            }],
+            ttl_seconds,
+        };
+        let default = Some(limits::TTL_SECONDS_DEFAULT);
+        assert!(same_order(&order(1, None), &order(1, default)));
+        assert!(!same_order(&order(1, None), &order(2, None)));
+        assert!(!same_order(&order(1, None), &order(1, Some(60))));
+    }
 }
