@@ -143,6 +143,7 @@ async fn a_reserve_landing_after_its_release_never_hides_behind_a_definite_409()
             "round {round}: {slow_line} still held after the order failed: {final_state:?}"
         );
     }
+    println!("{exercised} of {ROUNDS} rounds had a reserve land after its release");
     assert!(
         exercised > 0,
         "no round had a reserve outlive its attempt; the scenario was not reproduced"
