@@ -30,6 +30,7 @@ use crate::error::RouterError;
 use crate::feed::{self, FeedConfig};
 use crate::forward::{Forwarder, RetryPolicy};
 use crate::metrics::{self, RefreshCause};
+use crate::orders::store::OrderStore;
 use crate::retry::Backoff;
 use crate::{db, poll, routes};
 
@@ -46,6 +47,9 @@ pub struct AppState {
     pub cache: Arc<AssignmentCache>,
     /// For reservation → partition lookups.
     pub pool: Pool,
+    /// Serialises submissions of one order id (its own pool: each order in progress holds a
+    /// connection).
+    pub orders: Arc<OrderStore>,
     pub db_timeout: Duration,
     pub metrics: PrometheusHandle,
 }
@@ -89,7 +93,12 @@ impl Application {
     pub async fn build(config: RouterConfig) -> anyhow::Result<Application> {
         config.validate()?;
         let metrics_handle = metrics::install();
-        let pool = db::build_pool(&config)?;
+        let pool = db::build_pool(&config, config.db_pool_size)?;
+        let orders = Arc::new(OrderStore::new(
+            db::build_pool(&config, config.orders_db_pool_size)?,
+            config.db_timeout,
+            config.order_lock_wait(),
+        ));
         let cache = Arc::new(AssignmentCache::new(pool.clone(), config.db_timeout));
         match cache.refresh(RefreshCause::Startup, Instant::now()).await {
             Ok(Some(map)) => tracing::info!(
@@ -158,6 +167,7 @@ impl Application {
             forwarder,
             cache: cache.clone(),
             pool,
+            orders,
             db_timeout: config.db_timeout,
             metrics: metrics_handle,
         });

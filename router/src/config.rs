@@ -10,6 +10,11 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
 
+/// Time the router allows, beyond the allocators' request deadline, for an owner's "deadline
+/// exceeded" answer to travel back (network, scheduling). See
+/// [`ServeArgs::upstream_request_timeout_ms`].
+pub const ALLOCATOR_ANSWER_SLACK: Duration = Duration::from_millis(250);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "router",
@@ -48,8 +53,9 @@ pub struct ServeArgs {
     pub poll_interval_ms: u64,
 
     /// Total time one client request may spend retrying upstream before the router answers
-    /// `upstream-unavailable`.
-    #[arg(long, env = "ROUTER_RETRY_DEADLINE_MS", default_value_t = 5000)]
+    /// `upstream-unavailable`. Longer than one attempt by default, so the owner's own
+    /// "deadline exceeded" answer reaches the router and one retry fits after it.
+    #[arg(long, env = "ROUTER_RETRY_DEADLINE_MS", default_value_t = 6000)]
     pub retry_deadline_ms: u64,
 
     /// First retry delay; doubles per attempt up to `--backoff-max-ms`, with jitter.
@@ -69,17 +75,30 @@ pub struct ServeArgs {
     pub upstream_connect_timeout_ms: u64,
 
     /// Timeout of one upstream attempt (connect, send, full response); also capped by what is
-    /// left of the retry deadline.
+    /// left of the retry deadline. Must be at least the allocators' request deadline plus
+    /// [`ALLOCATOR_ANSWER_SLACK`]: an attempt abandoned earlier would be retried while the owner
+    /// still works on the first one, feeding a slow owner duplicate jobs for one id.
     #[arg(
         long,
         env = "ROUTER_UPSTREAM_REQUEST_TIMEOUT_MS",
-        default_value_t = 2000
+        default_value_t = 5500
     )]
     pub upstream_request_timeout_ms: u64,
 
-    /// PostgreSQL connections per router.
+    /// The allocators' request deadline (their `--request-timeout-ms`); read from the same
+    /// environment variable so a shared environment configures both sides consistently. Only
+    /// used to check `--upstream-request-timeout-ms` against it.
+    #[arg(long, env = "ALLOCATOR_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
+    pub allocator_request_timeout_ms: u64,
+
+    /// PostgreSQL connections per router for routing lookups.
     #[arg(long, env = "ROUTER_DB_POOL_SIZE", default_value_t = 8)]
     pub db_pool_size: usize,
+
+    /// PostgreSQL connections per router for orders: each order in progress holds one (it keeps
+    /// its `orders` row locked), so this bounds the orders one router works on at once.
+    #[arg(long, env = "ROUTER_ORDERS_DB_POOL_SIZE", default_value_t = 16)]
+    pub orders_db_pool_size: usize,
 
     /// Bound on waiting for a pooled connection, on connecting, and on each routing query.
     #[arg(long, env = "ROUTER_DB_TIMEOUT_MS", default_value_t = 2000)]
@@ -103,7 +122,10 @@ pub struct RouterConfig {
     pub backoff_max: Duration,
     pub upstream_connect_timeout: Duration,
     pub upstream_request_timeout: Duration,
+    /// The allocators' request deadline; `upstream_request_timeout` must cover it.
+    pub allocator_request_timeout: Duration,
     pub db_pool_size: usize,
+    pub orders_db_pool_size: usize,
     pub db_timeout: Duration,
     pub workers: Option<usize>,
     /// How long the Redis feed waits between connection attempts at most (backoff cap).
@@ -121,17 +143,26 @@ impl RouterConfig {
             redis_url: None,
             listen: "127.0.0.1:8080".to_owned(),
             poll_interval: Duration::from_millis(1000),
-            retry_deadline: Duration::from_millis(5000),
+            retry_deadline: Duration::from_millis(6000),
             backoff_base: Duration::from_millis(25),
             backoff_max: Duration::from_millis(500),
             upstream_connect_timeout: Duration::from_millis(500),
-            upstream_request_timeout: Duration::from_millis(2000),
+            upstream_request_timeout: Duration::from_millis(5500),
+            allocator_request_timeout: Duration::from_millis(5000),
             db_pool_size: 8,
+            orders_db_pool_size: 16,
             db_timeout: Duration::from_millis(2000),
             workers: None,
             feed_reconnect_max: Duration::from_secs(5),
             feed_ping_interval: Duration::from_secs(2),
         }
+    }
+
+    /// How long a submission of an order waits for another submission of the same order id to
+    /// finish: one order takes at most two retry deadlines (reserve, then compensation) plus its
+    /// database round trips.
+    pub fn order_lock_wait(&self) -> Duration {
+        self.retry_deadline * 2 + self.db_timeout * 2
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -153,8 +184,18 @@ impl RouterConfig {
         if self.backoff_max < self.backoff_base {
             bail!("backoff max must be at least backoff base");
         }
-        if self.db_pool_size == 0 {
-            bail!("db pool size must be positive");
+        if self.upstream_request_timeout < self.allocator_request_timeout + ALLOCATOR_ANSWER_SLACK {
+            bail!(
+                "upstream request timeout ({} ms) must be at least the allocators' request \
+                 deadline ({} ms) plus {} ms: a shorter attempt is abandoned and retried while the \
+                 owner still works on it",
+                self.upstream_request_timeout.as_millis(),
+                self.allocator_request_timeout.as_millis(),
+                ALLOCATOR_ANSWER_SLACK.as_millis()
+            );
+        }
+        if self.db_pool_size == 0 || self.orders_db_pool_size == 0 {
+            bail!("db pool sizes must be positive");
         }
         if self.workers == Some(0) {
             bail!("workers must be positive");
@@ -176,7 +217,9 @@ impl From<ServeArgs> for RouterConfig {
             backoff_max: ms(args.backoff_max_ms),
             upstream_connect_timeout: ms(args.upstream_connect_timeout_ms),
             upstream_request_timeout: ms(args.upstream_request_timeout_ms),
+            allocator_request_timeout: ms(args.allocator_request_timeout_ms),
             db_pool_size: args.db_pool_size,
+            orders_db_pool_size: args.orders_db_pool_size,
             db_timeout: ms(args.db_timeout_ms),
             workers: args.workers,
             ..RouterConfig::new(String::new())
@@ -205,7 +248,33 @@ mod tests {
         assert_eq!(config.poll_interval, defaults.poll_interval);
         assert_eq!(config.retry_deadline, defaults.retry_deadline);
         assert_eq!(config.db_pool_size, defaults.db_pool_size);
+        assert_eq!(config.orders_db_pool_size, defaults.orders_db_pool_size);
+        assert_eq!(
+            config.upstream_request_timeout,
+            defaults.upstream_request_timeout
+        );
+        assert_eq!(
+            config.allocator_request_timeout,
+            defaults.allocator_request_timeout
+        );
         assert_eq!(config.redis_url, None);
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn an_attempt_must_outlast_the_allocator_deadline() {
+        let mut config = RouterConfig::new("postgres://x/y");
+        // The default covers the allocators' default deadline with room to spare.
+        assert!(
+            config.upstream_request_timeout
+                >= config.allocator_request_timeout + ALLOCATOR_ANSWER_SLACK
+        );
+        config.validate().unwrap();
+        // The old default (2 s against the allocators' 5 s) abandoned attempts still running.
+        config.upstream_request_timeout = Duration::from_millis(2000);
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("request deadline"), "{err}");
+        config.allocator_request_timeout = Duration::from_millis(1000);
         config.validate().unwrap();
     }
 

@@ -25,9 +25,9 @@ pub enum DbError {
     Query(#[from] tokio_postgres::Error),
 }
 
-/// Builds the pool without connecting; connections are made on first use, so the router starts
-/// even while PostgreSQL is down.
-pub fn build_pool(config: &RouterConfig) -> anyhow::Result<Pool> {
+/// Builds a pool of `size` connections without connecting; connections are made on first use, so
+/// the router starts even while PostgreSQL is down.
+pub fn build_pool(config: &RouterConfig, size: usize) -> anyhow::Result<Pool> {
     let mut pg: tokio_postgres::Config = config
         .database_url
         .parse()
@@ -42,7 +42,7 @@ pub fn build_pool(config: &RouterConfig) -> anyhow::Result<Pool> {
         },
     );
     Pool::builder(manager)
-        .max_size(config.db_pool_size)
+        .max_size(size)
         .wait_timeout(Some(config.db_timeout))
         .create_timeout(Some(config.db_timeout))
         .recycle_timeout(Some(config.db_timeout))
@@ -73,7 +73,8 @@ pub async fn reservation_partition(
     .await
 }
 
-async fn bounded<T>(
+/// Bound a database operation by `timeout`, as a [`DbError::Timeout`].
+pub(crate) async fn bounded<T>(
     timeout: Duration,
     fut: impl std::future::Future<Output = Result<T, DbError>>,
 ) -> Result<T, DbError> {

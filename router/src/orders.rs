@@ -3,49 +3,57 @@
 //! An order's lines usually live on different partitions, hence on different allocators, and
 //! there is no distributed transaction. The router gets "all or nothing" from two properties the
 //! allocator already guarantees — idempotent reservations and idempotent release — plus
-//! deterministic ids:
+//! deterministic ids, and serialises the submissions of one order id through PostgreSQL:
 //!
+//! 0. **One submission at a time.** The `orders` row of the order id is locked for as long as a
+//!    router works on the order, and the final answer is stored in it ([`store`]). A second
+//!    submission (a client retry racing the first, or the same order sent to another router)
+//!    waits for the lock and then replays the stored answer, so two submissions can never
+//!    decide one order differently (one answering "placed" for holds the other released). An
+//!    order id stored with other lines is refused with `422` before anything is reserved.
 //! 1. **Reserve.** Line `i` is reserved under the id `{order_id}:{i}` ([`line_reservation_id`]),
 //!    all lines concurrently, each through the normal retrying forwarder. The id depends only on
 //!    the order id and the line's position, so a retry of the same order reserves the *same* ids
 //!    and gets the stored outcomes back instead of taking stock twice. (The SKU is not part of the
 //!    id: with a 200-byte order id and a 64-byte SKU the id could exceed the 255-byte limit, and
-//!    leaving it out means a retry that changed a line is refused with `422` instead of silently
-//!    holding something else.) Two lines for the same SKU are fine: they have different indexes.
+//!    leaving it out means a line id reused with another payload is refused with `422` instead of
+//!    silently holding something else.) Two lines for the same SKU are fine: they have different
+//!    indexes.
 //! 2. **Decide.** If every line is held (newly or by an earlier attempt of this order), the order
-//!    succeeds: `201` with all reservations (`200` + `Idempotent-Replayed` if nothing was new).
+//!    succeeds: `201` with all reservations.
 //! 3. **Compensate.** Otherwise every line that is or may be held — held now, replayed as held,
 //!    or with an unknown or unavailable outcome (an earlier attempt of the order may have held
-//!    it) — is released (idempotent; releasing an id that was never created is a harmless `404`).
-//!    The answer is `409 order-failed` listing each line's outcome and its compensation. If some
-//!    release could not be confirmed, the answer is `503 upstream-unavailable` with
-//!    `outcome_unknown: true` instead: the client should retry the order with the same id later.
-//! 4. **Reused order id.** If a line is refused with `422` (its id exists with another SKU or
-//!    quantity), the order id was used before with different lines. The answer is `422
+//!    it) — is released (idempotent). The answer is `409 order-failed` listing each line's
+//!    outcome and its compensation, but only if every line is *settled* ([`decide`]): a release
+//!    that finds nothing (`404`) does not settle a line whose reserve got no definitive answer,
+//!    because that reserve may still be queued and commit after the release. If some line is not
+//!    settled (or a release could not be confirmed), the answer is `503 upstream-unavailable`
+//!    with `outcome_unknown: true`: the client retries the order with the same id, the retry's
+//!    reserve of that line gets a definitive answer, and its release then settles it.
+//! 4. **Line ids taken by something else.** If a line is refused with `422` (its id exists with
+//!    another SKU or quantity, e.g. reserved directly under that id), the answer is `422
 //!    idempotency-mismatch`, and only holds *this* request created are released: replayed holds
-//!    belong to the order as first placed, which a mistaken reuse must not undo.
+//!    are not this order's to undo. Lines whose outcome is unknown are then not released either
+//!    (they may be the other owner's), so they leave the order unsettled (`503`) until a retry
+//!    knows more.
 //!
-//! **Retries converge.** A retry with the same order id replays each line's stored outcome. An
-//! order that was placed replays its holds (`200`). A line released by an earlier compensation
-//! replays as `released`, so an order answered `409` stays failed (use a new order id to try
-//! again). An order answered `503` (outcome unknown) converges to whatever its retry finds: if an
-//! earlier attempt released a line it fails again; if nothing was held or released (every owner
-//! was unreachable) the retry can still place it.
+//! **Retries converge.** A decided order (`201`, `409`, `422`) replays its stored answer, with
+//! `Idempotent-Replayed: true` (a placed order replays as `200`). An order answered `503`
+//! (outcome unknown) is not decided: its retry runs the protocol again with the same line ids and
+//! converges to whatever it finds — a line released by an earlier compensation replays as
+//! `released`, so the order fails; if nothing was held or released it can still be placed.
 //!
-//! **If the router dies mid-order** (crash between reserving some lines and answering), some
-//! lines may be held with nobody to compensate them. Nothing is lost: every hold carries the
-//! order's TTL (`ttl_seconds`, default 15 min) and the owning allocator expires it, returning the
-//! stock. The client saw a connection error, so it retries the order with the same id (any
-//! router): held lines replay as held, missing lines are reserved, and the order converges to one
-//! outcome — success, or failure with compensation. The same holds if a line's reserve timed out
-//! and is still executing when the release runs: the release finds nothing (`404`), the late
-//! reserve commits, and that hold expires by TTL (or is released by the retried order).
+//! **If the router dies mid-order** (crash between reserving some lines and answering), its
+//! database session ends, which unlocks the order, and some lines may be held with nobody to
+//! compensate them. Nothing is lost: every hold carries the order's TTL (`ttl_seconds`, default
+//! 15 min) and the owning allocator expires it. The client saw a connection error, so it retries
+//! the order with the same id (any router): held lines replay as held, missing lines are
+//! reserved, and the order converges to one outcome.
 //!
 //! The order's total time is bounded by two retry deadlines (reserve phase, then compensation).
 
 use allocator::wire::{
-    limits, problem_type, validate, OrderRequest, Problem, Reservation, ReservationStatus,
-    ReserveRequest,
+    limits, validate, OrderRequest, Problem, Reservation, ReservationStatus, ReserveRequest,
 };
 use futures::StreamExt;
 use serde::Serialize;
@@ -53,6 +61,11 @@ use serde::Serialize;
 use crate::error::RouterError;
 use crate::forward::{encode_segment, Forwarder, UpstreamRequest, UpstreamResponse};
 use crate::metrics;
+
+mod decide;
+pub mod store;
+
+pub use decide::{classify_release, classify_reserve, decide};
 
 /// Longest order id; leaves room for `:{index}` within the 255-byte reservation id limit.
 pub const ORDER_ID_MAX_LEN: usize = 200;
@@ -105,6 +118,14 @@ pub enum LineOutcome {
     Unknown,
 }
 
+impl LineOutcome {
+    /// Whether the allocator gave this line's id a definitive answer, which it stores: a late
+    /// duplicate of the reserve (a retry still in flight) replays it instead of taking stock.
+    pub fn is_definitive(self) -> bool {
+        !matches!(self, LineOutcome::Unavailable | LineOutcome::Unknown)
+    }
+}
+
 /// What the compensation step did to one line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -115,6 +136,9 @@ pub enum Compensation {
     NotHeld,
     /// The release could not be confirmed; the hold, if any, expires by TTL.
     Failed,
+    /// The release found nothing, but the line's reserve got no definitive answer and may still
+    /// commit after it; the order's retry settles the line.
+    Unsettled,
 }
 
 /// One line in an order's answer.
@@ -161,6 +185,17 @@ impl LineReport {
         }
     }
 
+    /// Whether the line's final state is known: nothing of it is or will later be held, or (for a
+    /// placed order) it is held. A line released, or refused or inactive with nothing to
+    /// release, is settled; an unknown reserve that was not (or could not be) released is not.
+    pub fn is_settled(&self) -> bool {
+        match self.compensation {
+            Some(Compensation::Released | Compensation::NotHeld) => true,
+            Some(Compensation::Failed | Compensation::Unsettled) => false,
+            None => self.outcome.is_definitive(),
+        }
+    }
+
     /// The allocator refused the line because its id exists with another payload.
     pub fn is_mismatch(&self) -> bool {
         self.outcome == LineOutcome::Refused
@@ -188,11 +223,11 @@ pub struct OrderProblem {
 pub enum OrderResult {
     /// Every line held. `replayed` when no line was newly held by this request.
     Placed { body: OrderPlaced, replayed: bool },
-    /// Decided failure; nothing of the order is held (409).
+    /// Decided failure; nothing of the order is held or will be (409).
     Failed(OrderProblem),
     /// The order id was used before with other lines (422); holds of the original order stay.
     Mismatch(OrderProblem),
-    /// Failure whose compensation could not be confirmed (503, `outcome_unknown`).
+    /// Not decided: some line may be held now or later (503, `outcome_unknown`).
     Unknown(OrderProblem),
 }
 
@@ -210,157 +245,24 @@ impl OrderResult {
     }
 }
 
-/// Classify the reserve answer for one line.
-pub fn classify_reserve(report: &mut LineReport, answer: Result<&UpstreamResponse, &RouterError>) {
-    match answer {
-        Ok(resp) if resp.is_success() => match resp.json::<Reservation>() {
-            Some(r) => {
-                report.outcome = match (resp.status, r.status) {
-                    (201, ReservationStatus::Held) => LineOutcome::Held,
-                    (_, ReservationStatus::Held | ReservationStatus::Confirmed) => {
-                        LineOutcome::Replayed
-                    }
-                    (_, ReservationStatus::Released | ReservationStatus::Expired) => {
-                        LineOutcome::Inactive
-                    }
-                };
-                report.status = Some(r.status);
-                report.reservation = Some(r);
-            }
-            None => {
-                report.outcome = LineOutcome::Unknown;
-                report.problem = Some(upstream_problem(resp, "unreadable reservation body"));
-            }
-        },
-        Ok(resp) if (400..500).contains(&resp.status) => {
-            report.outcome = LineOutcome::Refused;
-            report.problem = Some(upstream_problem(resp, "refused"));
-        }
-        Ok(resp) => {
-            // A 5xx the forwarder does not retry: the allocator failed in an unknown state.
-            report.outcome = LineOutcome::Unknown;
-            report.problem = Some(upstream_problem(resp, "upstream error"));
-        }
-        Err(err) => {
-            report.outcome = match err {
-                RouterError::Upstream {
-                    outcome_unknown: false,
-                    ..
-                } => LineOutcome::Unavailable,
-                _ => LineOutcome::Unknown,
-            };
-            report.problem = Some(err.problem());
-        }
-    }
-}
-
-/// Classify the release answer for one line.
-pub fn classify_release(answer: Result<&UpstreamResponse, &RouterError>) -> Compensation {
-    match answer {
-        Ok(resp) if resp.is_success() => match resp.json::<Reservation>() {
-            Some(r) if r.status == ReservationStatus::Released => Compensation::Released,
-            Some(_) => Compensation::NotHeld,
-            None => Compensation::Failed,
-        },
-        // Unknown id, or a state that holds nothing releasable (expired, rejected, confirmed).
-        Ok(resp) if resp.status == 404 || resp.status == 409 => Compensation::NotHeld,
-        Ok(_) | Err(_) => Compensation::Failed,
-    }
-}
-
-/// Decide the order's answer from the final line reports.
-pub fn decide(order_id: &str, lines: Vec<LineReport>) -> OrderResult {
-    if lines.iter().all(LineReport::is_secured) {
-        let replayed = lines.iter().all(|l| l.outcome == LineOutcome::Replayed);
-        let reservations = lines.into_iter().filter_map(|l| l.reservation).collect();
-        return OrderResult::Placed {
-            body: OrderPlaced {
-                order_id: order_id.to_owned(),
-                reservations,
-            },
-            replayed,
-        };
-    }
-    let unsettled = lines
-        .iter()
-        .filter(|l| l.compensation == Some(Compensation::Failed))
-        .count();
-    let failed = lines.iter().filter(|l| !l.is_secured()).count();
-    let mismatch = lines.iter().any(LineReport::is_mismatch);
-    if unsettled > 0 {
-        OrderResult::Unknown(OrderProblem {
-            problem: Problem {
-                kind: problem_type::UPSTREAM_UNAVAILABLE.to_owned(),
-                title: "order outcome unknown".to_owned(),
-                status: 503,
-                detail: Some(format!(
-                    "{failed} line(s) could not be held and {unsettled} line(s) could not be \
-                     released; retry the order with the same order id"
-                )),
-                outcome_unknown: Some(true),
-                ..Problem::default()
-            },
-            order_id: order_id.to_owned(),
-            lines,
-        })
-    } else if mismatch {
-        OrderResult::Mismatch(OrderProblem {
-            problem: Problem {
-                kind: problem_type::IDEMPOTENCY_MISMATCH.to_owned(),
-                title: "order id reused with different lines".to_owned(),
-                status: 422,
-                detail: Some(
-                    "some line ids of this order already exist with another sku or quantity; \
-                     the original order is left as it was"
-                        .to_owned(),
-                ),
-                outcome_unknown: Some(false),
-                ..Problem::default()
-            },
-            order_id: order_id.to_owned(),
-            lines,
-        })
-    } else {
-        OrderResult::Failed(OrderProblem {
-            problem: Problem {
-                kind: problem_type::ORDER_FAILED.to_owned(),
-                title: "order failed".to_owned(),
-                status: 409,
-                detail: Some(format!(
-                    "{failed} line(s) could not be held; no line of the order is held"
-                )),
-                outcome_unknown: Some(false),
-                ..Problem::default()
-            },
-            order_id: order_id.to_owned(),
-            lines,
-        })
-    }
-}
-
-fn upstream_problem(resp: &UpstreamResponse, fallback: &str) -> Problem {
-    resp.json::<Problem>().unwrap_or_else(|| Problem {
-        kind: problem_type::INTERNAL.to_owned(),
-        title: fallback.to_owned(),
-        status: resp.status,
-        detail: Some(
-            String::from_utf8_lossy(&resp.body)
-                .chars()
-                .take(200)
-                .collect(),
-        ),
-        ..Problem::default()
-    })
-}
-
 /// Place an order: reserve every line, then succeed or compensate. `partition_of` maps a SKU to
 /// its partition (the shared hash with the cluster's partition count).
-pub async fn place(
+///
+/// `may_compensate` is asked once, before any release is sent: it confirms that this submission
+/// still holds the order's lock. If it no longer does, another submission may have decided the
+/// order meanwhile (possibly placed it), so releasing would undo someone else's answer; the
+/// order is then reported as not decided (`503`, `outcome_unknown`) without releasing anything.
+pub async fn place<F, Fut>(
     forwarder: &Forwarder,
     order_id: &str,
     order: &OrderRequest,
     partition_of: impl Fn(&str) -> u32,
-) -> OrderResult {
+    may_compensate: F,
+) -> OrderResult
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let mut lines: Vec<LineReport> = order
         .lines
         .iter()
@@ -402,7 +304,15 @@ pub async fn place(
         classify_reserve(line, answer.as_ref());
     }
 
-    if !lines.iter().all(LineReport::is_secured) {
+    if !lines.iter().all(LineReport::is_secured) && !may_compensate().await {
+        tracing::warn!(
+            order_id,
+            "order lock lost before compensation; leaving the order undecided"
+        );
+        for line in lines.iter_mut().filter(|l| l.needs_release(false)) {
+            line.compensation = Some(Compensation::Failed);
+        }
+    } else if !lines.iter().all(LineReport::is_secured) {
         // Compensation phase.
         let mismatch = lines.iter().any(LineReport::is_mismatch);
         let to_release: Vec<usize> = lines
@@ -413,6 +323,7 @@ pub async fn place(
         let releases: Vec<(usize, Compensation)> =
             futures::stream::iter(to_release.into_iter().map(|index| {
                 let id = lines[index].reservation_id.clone();
+                let reserved = lines[index].outcome;
                 let partition = partitions[index];
                 async move {
                     let req = UpstreamRequest::post(
@@ -421,7 +332,7 @@ pub async fn place(
                     )
                     .reservation(&id);
                     let answer = forwarder.forward(&req).await;
-                    (index, classify_release(answer.as_ref()))
+                    (index, classify_release(reserved, answer.as_ref()))
                 }
             }))
             .buffered(LINE_CONCURRENCY)
@@ -429,13 +340,20 @@ pub async fn place(
             .await;
         for (index, compensation) in releases {
             lines[index].compensation = Some(compensation);
-            if compensation == Compensation::Failed {
-                tracing::warn!(
+            match compensation {
+                Compensation::Failed => tracing::warn!(
                     order_id,
                     reservation_id = %lines[index].reservation_id,
                     partition = partitions[index],
                     "order compensation failed; the hold expires by ttl"
-                );
+                ),
+                Compensation::Unsettled => tracing::info!(
+                    order_id,
+                    reservation_id = %lines[index].reservation_id,
+                    partition = partitions[index],
+                    "order line not found after an unknown reserve; leaving it to the retry"
+                ),
+                Compensation::Released | Compensation::NotHeld => {}
             }
         }
     }
@@ -455,20 +373,6 @@ pub async fn place(
 mod tests {
     use super::*;
     use allocator::wire::OrderLine;
-
-    fn report(index: usize, outcome: LineOutcome) -> LineReport {
-        LineReport {
-            index,
-            sku: format!("sku-{index}"),
-            quantity: 1,
-            reservation_id: line_reservation_id("o-1", index),
-            outcome,
-            status: None,
-            problem: None,
-            compensation: None,
-            reservation: None,
-        }
-    }
 
     #[test]
     fn line_ids_are_deterministic_and_distinct() {
@@ -522,107 +426,5 @@ mod tests {
         let mut o = order(vec![line("a", 1)]);
         o.ttl_seconds = Some(0);
         assert!(validate_order("o", &o).is_err());
-    }
-
-    #[test]
-    fn all_secured_lines_place_the_order() {
-        let lines = vec![
-            report(0, LineOutcome::Held),
-            report(1, LineOutcome::Replayed),
-        ];
-        match decide("o-1", lines) {
-            OrderResult::Placed { replayed, .. } => assert!(!replayed),
-            other => panic!("{other:?}"),
-        }
-        let lines = vec![
-            report(0, LineOutcome::Replayed),
-            report(1, LineOutcome::Replayed),
-        ];
-        assert_eq!(decide("o-1", lines).outcome_label(), "replayed");
-    }
-
-    #[test]
-    fn a_failed_line_fails_the_order_and_compensation_decides_409_or_503() {
-        let mut held = report(0, LineOutcome::Held);
-        held.compensation = Some(Compensation::Released);
-        let refused = report(1, LineOutcome::Refused);
-        match decide("o-1", vec![held.clone(), refused.clone()]) {
-            OrderResult::Failed(p) => {
-                assert_eq!(p.problem.status, 409);
-                assert_eq!(p.problem.kind, problem_type::ORDER_FAILED);
-                assert_eq!(p.problem.outcome_unknown, Some(false));
-                assert_eq!(p.lines.len(), 2);
-            }
-            other => panic!("{other:?}"),
-        }
-        held.compensation = Some(Compensation::Failed);
-        match decide("o-1", vec![held, refused]) {
-            OrderResult::Unknown(p) => {
-                assert_eq!(p.problem.status, 503);
-                assert_eq!(p.problem.outcome_unknown, Some(true));
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn compensation_targets_everything_possibly_held() {
-        assert!(report(0, LineOutcome::Held).needs_release(false));
-        assert!(report(0, LineOutcome::Unknown).needs_release(false));
-        assert!(report(0, LineOutcome::Unavailable).needs_release(false));
-        let mut replayed = report(0, LineOutcome::Replayed);
-        replayed.status = Some(ReservationStatus::Held);
-        assert!(replayed.needs_release(false));
-        replayed.status = Some(ReservationStatus::Confirmed);
-        assert!(!replayed.needs_release(false));
-        assert!(!report(0, LineOutcome::Refused).needs_release(false));
-        assert!(!report(0, LineOutcome::Inactive).needs_release(false));
-    }
-
-    #[test]
-    fn a_reused_order_id_only_undoes_its_own_new_holds() {
-        let mut mismatch = report(0, LineOutcome::Refused);
-        mismatch.problem = Some(Problem {
-            kind: problem_type::IDEMPOTENCY_MISMATCH.to_owned(),
-            status: 422,
-            ..Problem::default()
-        });
-        assert!(mismatch.is_mismatch());
-        let mut replayed = report(1, LineOutcome::Replayed);
-        replayed.status = Some(ReservationStatus::Held);
-        assert!(!replayed.needs_release(true));
-        assert!(!report(2, LineOutcome::Unknown).needs_release(true));
-        let mut new = report(3, LineOutcome::Held);
-        assert!(new.needs_release(true));
-        new.compensation = Some(Compensation::Released);
-        match decide("o-1", vec![mismatch, replayed, new]) {
-            OrderResult::Mismatch(p) => {
-                assert_eq!(p.problem.status, 422);
-                assert_eq!(p.problem.kind, problem_type::IDEMPOTENCY_MISMATCH);
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn failure_body_lists_lines_next_to_problem_fields() {
-        let mut line = report(0, LineOutcome::Refused);
-        line.problem = Some(Problem {
-            kind: problem_type::INSUFFICIENT_STOCK.to_owned(),
-            title: "insufficient stock".to_owned(),
-            status: 409,
-            available: Some(2),
-            ..Problem::default()
-        });
-        let OrderResult::Failed(p) = decide("o-1", vec![line]) else {
-            panic!("expected failure")
-        };
-        let json = serde_json::to_value(&p).unwrap();
-        assert_eq!(json["type"], problem_type::ORDER_FAILED);
-        assert_eq!(json["status"], 409);
-        assert_eq!(json["order_id"], "o-1");
-        assert_eq!(json["lines"][0]["outcome"], "refused");
-        assert_eq!(json["lines"][0]["reservation_id"], "o-1:0");
-        assert_eq!(json["lines"][0]["problem"]["available"], 2);
     }
 }

@@ -115,16 +115,11 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
         Some("rejected")
     );
 
-    // 4. Retrying the failed order converges to the same failure; nothing is held again.
-    let (status, _, body) = order(base, "o-2", lines).await;
-    assert_eq!(status, 409, "{body}");
-    let outcomes: Vec<&str> = body["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["outcome"].as_str().unwrap())
-        .collect();
-    assert_eq!(outcomes, ["inactive", "inactive", "refused"]);
+    // 4. Retrying the failed order replays the stored failure; nothing is held again.
+    let (status, replayed, replay) = order(base, "o-2", lines).await;
+    assert_eq!(status, 409, "{replay}");
+    assert_eq!(replayed.as_deref(), Some("true"));
+    assert_eq!(replay, body);
     assert_eq!(available(base, "apple").await, 8);
     assert_eq!(available(base, "plum").await, 5);
 
@@ -170,8 +165,8 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(available(base, "plum").await, 3);
     assert_eq!(available(base, "apple").await, 7);
 
-    // 8. Reusing the order id with changed lines is refused (422) without undoing the original
-    //    order's holds; a line only the new payload has is held and then released.
+    // 8. Reusing the order id with changed lines is refused (422) before anything is reserved,
+    //    so the original order's holds stay.
     let (status, _, body) = order(
         base,
         "o-5",
@@ -195,15 +190,39 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["type"], problem_type::IDEMPOTENCY_MISMATCH);
-    assert_eq!(body["lines"][0]["problem"]["status"], 422);
-    assert_eq!(body["lines"][1]["outcome"], "replayed");
-    assert!(body["lines"][1].get("compensation").is_none(), "{body}");
-    assert_eq!(body["lines"][2]["outcome"], "held");
-    assert_eq!(body["lines"][2]["compensation"], "released");
+    assert_eq!(body["lines"], json!([]));
+    assert_eq!(status_in_db(&cluster, "o-5:2").await, None);
     assert_eq!(available(base, "plum").await, 3);
     assert_eq!(available(base, "apple").await, 7);
     assert_eq!(
         status_in_db(&cluster, "o-5:1").await.as_deref(),
+        Some("held")
+    );
+
+    // 9. A line id already taken by a reservation with another payload (reserved directly under
+    //    that id): 422, the other reservation is left alone, this order's new hold is released.
+    let direct = http()
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "o-6:0", "sku": "plum", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status(), 201);
+    let (status, _, body) = order(
+        base,
+        "o-6",
+        json!([{"sku": "plum", "quantity": 2}, {"sku": "apple", "quantity": 1}]),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["lines"][0]["problem"]["status"], 422);
+    assert!(body["lines"][0].get("compensation").is_none(), "{body}");
+    assert_eq!(body["lines"][1]["outcome"], "held");
+    assert_eq!(body["lines"][1]["compensation"], "released");
+    assert_eq!(available(base, "plum").await, 2);
+    assert_eq!(available(base, "apple").await, 7);
+    assert_eq!(
+        status_in_db(&cluster, "o-6:0").await.as_deref(),
         Some("held")
     );
 

@@ -184,3 +184,84 @@ async fn a_stale_map_is_refreshed_on_421_and_the_request_succeeds() {
     println!("stale map healed: {misdirected} misdirected retries, {refreshes} refreshes");
     router.stop().await;
 }
+
+/// An owner that re-acquired its partitions (same replica, newer epoch) refuses requests
+/// addressed to its old epoch with `421`; the router re-reads the map and retries at the new
+/// epoch. The owner here is a stand-in that answers by `X-Expected-Epoch` alone, so the test
+/// does not depend on when a real replica starts comparing epochs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_421_from_an_owner_at_a_newer_epoch_refreshes_and_retries() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+
+    const PARTITIONS: u32 = 4;
+    let _serial = serial().await;
+    let cluster = Cluster::start("routing_epoch", 0, PARTITIONS).await;
+    let epoch = Arc::new(AtomicI64::new(1));
+    let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let (owner_epoch, owner_seen) = (epoch.clone(), seen.clone());
+    let server = HttpServer::new(move || {
+        let (epoch, seen) = (owner_epoch.clone(), owner_seen.clone());
+        App::new().default_service(web::to(move |req: HttpRequest| {
+            let (epoch, seen) = (epoch.clone(), seen.clone());
+            async move {
+                let expected: i64 = req
+                    .headers()
+                    .get("x-expected-epoch")
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                seen.lock().unwrap().push(expected);
+                let current = epoch.load(Ordering::SeqCst);
+                if expected == current {
+                    HttpResponse::Ok().json(json!({"sku": "epoch-sku", "partition": 0,
+                        "on_hand": 1, "available": 1, "epoch": current}))
+                } else {
+                    HttpResponse::build(actix_web::http::StatusCode::MISDIRECTED_REQUEST)
+                        .content_type("application/problem+json")
+                        .json(json!({"type": "urn:allocator:problem:not-owner",
+                            "title": "not owner", "status": 421, "epoch": current}))
+                }
+            }
+        }))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let owner_url = format!("http://{}", server.addrs()[0]);
+    let server = server.run();
+    let server_handle = server.handle();
+    tokio::spawn(server);
+
+    let db = cluster.db().await;
+    let own = "UPDATE leases SET holder_id = 'stand-in', holder_url = $1, epoch = $2, \
+               revision = nextval('assignment_revision'), expires_at = now() + interval '1 hour' \
+               WHERE partition IS NOT NULL";
+    db.execute(own, &[&owner_url, &1i64]).await.unwrap();
+    let router = cluster
+        .router(|c| {
+            c.redis_url = None;
+            c.poll_interval = Duration::from_secs(3600);
+        })
+        .await;
+    let before = router.revision().expect("map loaded");
+
+    // The stand-in re-acquires at epoch 2; only a 421 can tell this router.
+    db.execute(own, &[&owner_url, &2i64]).await.unwrap();
+    epoch.store(2, Ordering::SeqCst);
+    let response = http()
+        .get(format!("{}/v1/inventory/epoch-sku", router.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    assert!(router.revision().unwrap() > before);
+    router.stop().await;
+    server_handle.stop(false).await;
+}

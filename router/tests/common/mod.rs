@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use allocator::testkit::shared::fresh_database;
-use allocator::testkit::{cargo_bin, free_port, ChildProcess, RedisServer};
+use allocator::testkit::{cargo_bin, free_port, ChildProcess, RedisServer, TcpProxy};
 use allocator::wire::PartitionMap;
 use router::assignment_cache::AssignmentCache;
 use router::{Application, RouterConfig};
@@ -24,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Lease TTL of the test allocators; failover takes about this plus one campaign period.
 pub const LEASE_TTL_MS: u64 = 1500;
+/// Request deadline of the test allocators; the test routers' attempt timeout covers it.
+pub const ALLOCATOR_REQUEST_TIMEOUT_MS: u64 = 2000;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -112,7 +114,19 @@ impl Cluster {
     /// Start an allocator process (a new one, or the same id again after a kill).
     pub fn spawn_allocator(&mut self, id: &str) -> usize {
         let port = free_port();
-        let url = format!("http://127.0.0.1:{port}");
+        self.spawn_allocator_at(id, port, format!("http://127.0.0.1:{port}"))
+    }
+
+    /// Start an allocator that advertises a TCP proxy in front of it, so every router reaches
+    /// it through the proxy (to delay or cut requests between routers and this owner).
+    pub fn spawn_allocator_behind_proxy(&mut self, id: &str) -> TcpProxy {
+        let port = free_port();
+        let proxy = TcpProxy::start(([127, 0, 0, 1], port).into()).expect("start proxy");
+        self.spawn_allocator_at(id, port, format!("http://{}", proxy.addr()));
+        proxy
+    }
+
+    fn spawn_allocator_at(&mut self, id: &str, port: u16, url: String) -> usize {
         let ttl = LEASE_TTL_MS.to_string();
         let args = vec![
             "serve".to_owned(),
@@ -141,7 +155,7 @@ impl Cluster {
             "--idle-in-transaction-timeout-ms".into(),
             "1000".into(),
             "--request-timeout-ms".into(),
-            "2000".into(),
+            ALLOCATOR_REQUEST_TIMEOUT_MS.to_string(),
             "--pool-size".into(),
             "6".into(),
             "--http-workers".into(),
@@ -226,6 +240,9 @@ impl Cluster {
         config.workers = Some(2);
         config.poll_interval = Duration::from_millis(1000);
         config.retry_deadline = Duration::from_secs(5);
+        config.allocator_request_timeout = Duration::from_millis(ALLOCATOR_REQUEST_TIMEOUT_MS);
+        config.upstream_request_timeout =
+            config.allocator_request_timeout + router::config::ALLOCATOR_ANSWER_SLACK;
         config.feed_reconnect_max = Duration::from_millis(500);
         config.feed_ping_interval = Duration::from_millis(500);
         tweak(&mut config);

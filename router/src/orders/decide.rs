@@ -1,0 +1,371 @@
+//! Classifying each line's answers and deciding the order's answer from them.
+//!
+//! A line is *settled* when its final state is known: held (for a placed order), or holding
+//! nothing now and never later. A reserve that got a definitive answer settles its id for good
+//! (the allocator stores the outcome, so a late duplicate of the request replays it). A release
+//! that finds nothing (`404`) only settles a line whose reserve was definitive: if the reserve's
+//! outcome is unknown, it may still be queued somewhere and commit after the release. Such a line
+//! is reported as unsettled and the order answers `503` with `outcome_unknown: true`; the client's
+//! retry (same order id) reserves the line again, which settles it either way.
+
+use allocator::wire::{problem_type, Problem, Reservation, ReservationStatus};
+
+use super::{Compensation, LineOutcome, LineReport, OrderPlaced, OrderProblem, OrderResult};
+use crate::error::RouterError;
+use crate::forward::UpstreamResponse;
+
+/// Classify the reserve answer for one line.
+pub fn classify_reserve(report: &mut LineReport, answer: Result<&UpstreamResponse, &RouterError>) {
+    match answer {
+        Ok(resp) if resp.is_success() => match resp.json::<Reservation>() {
+            Some(r) => {
+                report.outcome = match (resp.status, r.status) {
+                    (201, ReservationStatus::Held) => LineOutcome::Held,
+                    (_, ReservationStatus::Held | ReservationStatus::Confirmed) => {
+                        LineOutcome::Replayed
+                    }
+                    (_, ReservationStatus::Released | ReservationStatus::Expired) => {
+                        LineOutcome::Inactive
+                    }
+                };
+                report.status = Some(r.status);
+                report.reservation = Some(r);
+            }
+            None => {
+                report.outcome = LineOutcome::Unknown;
+                report.problem = Some(upstream_problem(resp, "unreadable reservation body"));
+            }
+        },
+        Ok(resp) if (400..500).contains(&resp.status) => {
+            report.outcome = LineOutcome::Refused;
+            report.problem = Some(upstream_problem(resp, "refused"));
+        }
+        Ok(resp) => {
+            // A 5xx the forwarder does not retry: the allocator failed in an unknown state.
+            report.outcome = LineOutcome::Unknown;
+            report.problem = Some(upstream_problem(resp, "upstream error"));
+        }
+        Err(err) => {
+            report.outcome = match err {
+                RouterError::Upstream {
+                    outcome_unknown: false,
+                    ..
+                } => LineOutcome::Unavailable,
+                _ => LineOutcome::Unknown,
+            };
+            report.problem = Some(err.problem());
+        }
+    }
+}
+
+/// Classify the release answer for a line whose reserve ended as `reserved`.
+pub fn classify_release(
+    reserved: LineOutcome,
+    answer: Result<&UpstreamResponse, &RouterError>,
+) -> Compensation {
+    match answer {
+        Ok(resp) if resp.is_success() => match resp.json::<Reservation>() {
+            Some(r) if r.status == ReservationStatus::Released => Compensation::Released,
+            Some(_) => Compensation::NotHeld,
+            None => Compensation::Failed,
+        },
+        // The id exists in a state that holds nothing releasable (expired, rejected, confirmed).
+        Ok(resp) if resp.status == 409 => Compensation::NotHeld,
+        // No such id *now*. Conclusive only if the reserve's own answer was: otherwise that
+        // reserve may still be on its way and commit after this release.
+        Ok(resp) if resp.status == 404 => {
+            if reserved.is_definitive() {
+                Compensation::NotHeld
+            } else {
+                Compensation::Unsettled
+            }
+        }
+        Ok(_) | Err(_) => Compensation::Failed,
+    }
+}
+
+/// Decide the order's answer from the final line reports.
+pub fn decide(order_id: &str, lines: Vec<LineReport>) -> OrderResult {
+    if lines.iter().all(LineReport::is_secured) {
+        let replayed = lines.iter().all(|l| l.outcome == LineOutcome::Replayed);
+        let reservations = lines.into_iter().filter_map(|l| l.reservation).collect();
+        return OrderResult::Placed {
+            body: OrderPlaced {
+                order_id: order_id.to_owned(),
+                reservations,
+            },
+            replayed,
+        };
+    }
+    let unsettled = lines.iter().filter(|l| !l.is_settled()).count();
+    let failed = lines.iter().filter(|l| !l.is_secured()).count();
+    let mismatch = lines.iter().any(LineReport::is_mismatch);
+    if unsettled > 0 {
+        OrderResult::Unknown(OrderProblem {
+            problem: Problem {
+                kind: problem_type::UPSTREAM_UNAVAILABLE.to_owned(),
+                title: "order outcome unknown".to_owned(),
+                status: 503,
+                detail: Some(format!(
+                    "{failed} line(s) could not be held and {unsettled} line(s) may still be \
+                     held or become held; retry the order with the same order id"
+                )),
+                outcome_unknown: Some(true),
+                ..Problem::default()
+            },
+            order_id: order_id.to_owned(),
+            lines,
+        })
+    } else if mismatch {
+        OrderResult::Mismatch(OrderProblem {
+            problem: Problem {
+                kind: problem_type::IDEMPOTENCY_MISMATCH.to_owned(),
+                title: "order id reused with different lines".to_owned(),
+                status: 422,
+                detail: Some(
+                    "some line ids of this order already exist with another sku or quantity; \
+                     the original order is left as it was"
+                        .to_owned(),
+                ),
+                outcome_unknown: Some(false),
+                ..Problem::default()
+            },
+            order_id: order_id.to_owned(),
+            lines,
+        })
+    } else {
+        OrderResult::Failed(OrderProblem {
+            problem: Problem {
+                kind: problem_type::ORDER_FAILED.to_owned(),
+                title: "order failed".to_owned(),
+                status: 409,
+                detail: Some(format!(
+                    "{failed} line(s) could not be held; no line of the order is held"
+                )),
+                outcome_unknown: Some(false),
+                ..Problem::default()
+            },
+            order_id: order_id.to_owned(),
+            lines,
+        })
+    }
+}
+
+fn upstream_problem(resp: &UpstreamResponse, fallback: &str) -> Problem {
+    resp.json::<Problem>().unwrap_or_else(|| Problem {
+        kind: problem_type::INTERNAL.to_owned(),
+        title: fallback.to_owned(),
+        status: resp.status,
+        detail: Some(
+            String::from_utf8_lossy(&resp.body)
+                .chars()
+                .take(200)
+                .collect(),
+        ),
+        ..Problem::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::orders::line_reservation_id;
+
+    fn report(index: usize, outcome: LineOutcome) -> LineReport {
+        LineReport {
+            index,
+            sku: format!("sku-{index}"),
+            quantity: 1,
+            reservation_id: line_reservation_id("o-1", index),
+            outcome,
+            status: None,
+            problem: None,
+            compensation: None,
+            reservation: None,
+        }
+    }
+    #[test]
+    fn all_secured_lines_place_the_order() {
+        let lines = vec![
+            report(0, LineOutcome::Held),
+            report(1, LineOutcome::Replayed),
+        ];
+        match decide("o-1", lines) {
+            OrderResult::Placed { replayed, .. } => assert!(!replayed),
+            other => panic!("{other:?}"),
+        }
+        let lines = vec![
+            report(0, LineOutcome::Replayed),
+            report(1, LineOutcome::Replayed),
+        ];
+        assert_eq!(decide("o-1", lines).outcome_label(), "replayed");
+    }
+
+    #[test]
+    fn a_failed_line_fails_the_order_and_compensation_decides_409_or_503() {
+        let mut held = report(0, LineOutcome::Held);
+        held.compensation = Some(Compensation::Released);
+        let refused = report(1, LineOutcome::Refused);
+        match decide("o-1", vec![held.clone(), refused.clone()]) {
+            OrderResult::Failed(p) => {
+                assert_eq!(p.problem.status, 409);
+                assert_eq!(p.problem.kind, problem_type::ORDER_FAILED);
+                assert_eq!(p.problem.outcome_unknown, Some(false));
+                assert_eq!(p.lines.len(), 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        held.compensation = Some(Compensation::Failed);
+        match decide("o-1", vec![held, refused]) {
+            OrderResult::Unknown(p) => {
+                assert_eq!(p.problem.status, 503);
+                assert_eq!(p.problem.outcome_unknown, Some(true));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn compensation_targets_everything_possibly_held() {
+        assert!(report(0, LineOutcome::Held).needs_release(false));
+        assert!(report(0, LineOutcome::Unknown).needs_release(false));
+        assert!(report(0, LineOutcome::Unavailable).needs_release(false));
+        let mut replayed = report(0, LineOutcome::Replayed);
+        replayed.status = Some(ReservationStatus::Held);
+        assert!(replayed.needs_release(false));
+        replayed.status = Some(ReservationStatus::Confirmed);
+        assert!(!replayed.needs_release(false));
+        assert!(!report(0, LineOutcome::Refused).needs_release(false));
+        assert!(!report(0, LineOutcome::Inactive).needs_release(false));
+    }
+
+    #[test]
+    fn a_reused_order_id_only_undoes_its_own_new_holds() {
+        let mut mismatch = report(0, LineOutcome::Refused);
+        mismatch.problem = Some(Problem {
+            kind: problem_type::IDEMPOTENCY_MISMATCH.to_owned(),
+            status: 422,
+            ..Problem::default()
+        });
+        assert!(mismatch.is_mismatch());
+        let mut replayed = report(1, LineOutcome::Replayed);
+        replayed.status = Some(ReservationStatus::Held);
+        assert!(!replayed.needs_release(true));
+        assert!(!report(2, LineOutcome::Unknown).needs_release(true));
+        let mut new = report(3, LineOutcome::Held);
+        assert!(new.needs_release(true));
+        new.compensation = Some(Compensation::Released);
+        match decide("o-1", vec![mismatch, replayed, new]) {
+            OrderResult::Mismatch(p) => {
+                assert_eq!(p.problem.status, 422);
+                assert_eq!(p.problem.kind, problem_type::IDEMPOTENCY_MISMATCH);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn failure_body_lists_lines_next_to_problem_fields() {
+        let mut line = report(0, LineOutcome::Refused);
+        line.problem = Some(Problem {
+            kind: problem_type::INSUFFICIENT_STOCK.to_owned(),
+            title: "insufficient stock".to_owned(),
+            status: 409,
+            available: Some(2),
+            ..Problem::default()
+        });
+        let OrderResult::Failed(p) = decide("o-1", vec![line]) else {
+            panic!("expected failure")
+        };
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["type"], problem_type::ORDER_FAILED);
+        assert_eq!(json["status"], 409);
+        assert_eq!(json["order_id"], "o-1");
+        assert_eq!(json["lines"][0]["outcome"], "refused");
+        assert_eq!(json["lines"][0]["reservation_id"], "o-1:0");
+        assert_eq!(json["lines"][0]["problem"]["available"], 2);
+    }
+}
+
+#[cfg(test)]
+mod settlement_tests {
+    use super::*;
+    use crate::orders::line_reservation_id;
+
+    fn report(index: usize, outcome: LineOutcome) -> LineReport {
+        LineReport {
+            index,
+            sku: format!("sku-{index}"),
+            quantity: 1,
+            reservation_id: line_reservation_id("o-1", index),
+            outcome,
+            status: None,
+            problem: None,
+            compensation: None,
+            reservation: None,
+        }
+    }
+
+    fn refused(index: usize, status: u16) -> LineReport {
+        let mut line = report(index, LineOutcome::Refused);
+        line.problem = Some(Problem {
+            status,
+            ..Problem::default()
+        });
+        line
+    }
+
+    #[test]
+    fn a_release_that_finds_nothing_settles_only_a_definitive_reserve() {
+        // `classify_release` on a plain 404 answer is covered through `decide`: an unknown
+        // reserve compensated by a "not found" release is unsettled, a refused one is not.
+        let mut unknown = report(0, LineOutcome::Unknown);
+        unknown.compensation = Some(Compensation::Unsettled);
+        assert!(!unknown.is_settled());
+        match decide("o-1", vec![unknown, refused(1, 409)]) {
+            OrderResult::Unknown(p) => {
+                assert_eq!(p.problem.status, 503);
+                assert_eq!(p.problem.outcome_unknown, Some(true));
+            }
+            other => panic!("a line that may still be held must not fail the order: {other:?}"),
+        }
+        let mut unavailable = report(0, LineOutcome::Unavailable);
+        unavailable.compensation = Some(Compensation::Released);
+        assert!(unavailable.is_settled());
+        assert_eq!(
+            decide("o-1", vec![unavailable, refused(1, 409)]).outcome_label(),
+            "failed"
+        );
+    }
+
+    #[test]
+    fn unknown_lines_left_alone_after_a_mismatch_are_not_settled() {
+        let unknown = report(1, LineOutcome::Unknown);
+        assert!(!unknown.needs_release(true));
+        assert!(!unknown.is_settled());
+        match decide("o-1", vec![refused(0, 422), unknown]) {
+            OrderResult::Unknown(p) => assert_eq!(p.problem.outcome_unknown, Some(true)),
+            other => panic!("{other:?}"),
+        }
+        // Without the unknown line the mismatch is definitive.
+        assert_eq!(
+            decide("o-1", vec![refused(0, 422)]).outcome_label(),
+            "mismatch"
+        );
+    }
+
+    #[test]
+    fn definitive_reserve_outcomes() {
+        for o in [
+            LineOutcome::Held,
+            LineOutcome::Replayed,
+            LineOutcome::Inactive,
+            LineOutcome::Refused,
+        ] {
+            assert!(o.is_definitive(), "{o:?}");
+        }
+        for o in [LineOutcome::Unknown, LineOutcome::Unavailable] {
+            assert!(!o.is_definitive(), "{o:?}");
+        }
+    }
+}
