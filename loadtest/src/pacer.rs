@@ -28,7 +28,7 @@ use crate::stats::WorkerStats;
 pub struct Schedule {
     rate: f64,
     limit: u64,
-    issued: u64,
+    dispatched: u64,
 }
 
 impl Schedule {
@@ -39,7 +39,7 @@ impl Schedule {
         Schedule {
             rate,
             limit: by_time.min(requests.unwrap_or(u64::MAX)),
-            issued: 0,
+            dispatched: 0,
         }
     }
 
@@ -48,8 +48,8 @@ impl Schedule {
         self.limit
     }
 
-    pub fn issued(&self) -> u64 {
-        self.issued
+    pub fn dispatched(&self) -> u64 {
+        self.dispatched
     }
 
     /// Intended start of iteration `i`, as an offset from the origin.
@@ -59,17 +59,17 @@ impl Schedule {
 
     /// When the next iteration is due; `None` when the schedule is complete.
     pub fn next_offset(&self) -> Option<Duration> {
-        (self.issued < self.limit).then(|| self.offset(self.issued))
+        (self.dispatched < self.limit).then(|| self.offset(self.dispatched))
     }
 
     /// Take every iteration due at `elapsed` (time since the origin, from whatever clock the
-    /// caller uses). After a stall this is a burst: missed iterations are issued, not skipped.
+    /// caller uses). After a stall this is a burst: missed iterations are dispatched at once, not skipped.
     pub fn take_due(&mut self, elapsed: Duration) -> Range<u64> {
-        let first = self.issued;
-        while self.issued < self.limit && self.offset(self.issued) <= elapsed {
-            self.issued += 1;
+        let first = self.dispatched;
+        while self.dispatched < self.limit && self.offset(self.dispatched) <= elapsed {
+            self.dispatched += 1;
         }
-        first..self.issued
+        first..self.dispatched
     }
 }
 
@@ -171,7 +171,7 @@ pub async fn run_open_loop(p: OpenLoop) -> WorkerStats {
         let _ = lane.await;
     }
     let mut out = std::mem::take(&mut *stats.lock().expect("stats lock"));
-    out.pacing.scheduled = schedule.issued();
+    out.pacing.scheduled = schedule.dispatched();
     out
 }
 
@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(s.take_due(ms(10_000)), 6..100);
         assert_eq!(s.next_offset(), None);
         assert_eq!(s.take_due(ms(20_000)), 100..100);
-        assert_eq!(s.issued(), 100);
+        assert_eq!(s.dispatched(), 100);
     }
 
     #[test]
