@@ -147,6 +147,9 @@ info "allocator $ALLOCATOR_URL, router $ROUTER_URL, $PG_SETTINGS"
 # row NAME SYSTEM WORKLOAD CLASS TPS P50 P99 P999 INVARIANTS NOTE: one line of results.tsv.
 row() { local IFS=$'\t'; printf '%s\n' "$*" >>"$RESULTS"; }
 
+# class_of KIND: the ratio class of a baseline row (hot rows against hot, spread against uniform).
+class_of() { if [[ $1 == hot ]]; then echo hot; else echo spread; fi; }
+
 # percentiles FILE: "p50 p99 p99.9" in ms of the microsecond values in FILE (one a line).
 percentiles() {
     sort -n "$1" | awk '{ v[NR] = $1 } END {
@@ -172,10 +175,10 @@ for kind in hot uniform; do
         tps="$(awk '/^tps = / && /without initial connection time/ { print $3 }' "$prefix.txt")"
         cat "$prefix".[0-9]* | awk '{ print $3 }' >"$prefix.us"
         read -r p50 p99 p999 <<<"$(percentiles "$prefix.us")"
-        row "pgbench" "naive fenced UPDATE" "$kind" "$kind" "$tps" "$p50" "$p99" "$p999" "-" ""
+        row "pgbench" "naive fenced UPDATE" "$kind" "$(class_of "$kind")" "$tps" "$p50" "$p99" "$p999" "-" ""
     else
         tail -n 5 "$prefix.txt" >&2
-        row "pgbench" "naive fenced UPDATE" "$kind" "$kind" "failed" 0 0 0 "-" ""
+        row "pgbench" "naive fenced UPDATE" "$kind" "$(class_of "$kind")" "failed" 0 0 0 "-" ""
         FAILED=1
     fi
 done
@@ -196,13 +199,13 @@ for kind in hot uniform; do
     n=$(( (rps > 0 ? rps : 10000) * DURATION ))
     info "redis $kind: $CONCURRENCY clients, $n requests (~${DURATION}s at the calibrated rate)"
     if run_child redis-benchmark "${args[@]}" -n "$n" EVALSHA "$SHA" 1 "$key" >"$out" 2>&1; then
-        tr '\r' '\n' <"$out" | awk -v kind="$kind" '
+        tr '\r' '\n' <"$out" | awk -v kind="$kind" -v class="$(class_of "$kind")" '
             /throughput summary:/ { tps = $3 }
             /^ *[0-9.]+% <= [0-9.]+ milliseconds/ { p = $1 + 0; if (p >= 99.9 && p999 == "") p999 = $3 }
             /latency summary/ { getline; getline; p50 = $3; p99 = $5 }
-            END { printf "redis\tLua EVALSHA\t%s\t%s\t%s\t%s\t%s\t%s\t-\t\n", kind, kind, tps, p50, p99, p999 }' >>"$RESULTS"
+            END { printf "redis\tLua EVALSHA\t%s\t%s\t%s\t%s\t%s\t%s\t-\t\n", kind, class, tps, p50, p99, p999 }' >>"$RESULTS"
     else
-        row "redis" "Lua EVALSHA" "$kind" "$kind" "failed" 0 0 0 "-" ""
+        row "redis" "Lua EVALSHA" "$kind" "$(class_of "$kind")" "failed" 0 0 0 "-" ""
         FAILED=1
     fi
 done
