@@ -1,37 +1,34 @@
 #!/usr/bin/env bash
-# Hot-SKU benchmark: the same closed-loop workload against several deployments, in one run.
+# One benchmark invocation, one table: naive baselines and the allocator on the same private,
+# durable PostgreSQL (fsync and synchronous_commit on for every row).
 #
-#   ops/bench.sh              build, then for each scenario: fresh PostgreSQL + Redis, migrate,
-#                             start the processes, seed, `loadtest run`, invariant checks, stop;
-#                             finally a table (throughput, latency, invariants, ratio to baseline)
+#   ops/bench.sh              build release binaries, start 1 allocator + 1 router on a private
+#                             durable PostgreSQL and a private Redis (ops/cluster.sh), run every
+#                             row in turn, stop everything, print a Markdown table on stdout
 #   ops/bench.sh --help
 #
-# Scenarios (BENCH_SCENARIOS, default "baseline batching cluster"):
-#   baseline   1 allocator, ALLOCATOR_BATCH_MAX=1 (one transaction per request)
-#   batching   1 allocator, ALLOCATOR_BATCH_MAX=$BENCH_BATCH_MAX (default 64, the allocator default)
-#   cluster    3 allocators + 2 routers with batching; load goes through router-1
+# Rows (each BENCH_CONCURRENCY clients for BENCH_DURATION seconds, one after the other):
+#   pgbench hot / uniform   the naive fenced single-statement reserve (ops/bench/naive_reserve_*.sql:
+#                           one UPDATE joining the lease row) on one hot row / uniform over 100k rows
+#   redis hot / uniform     redis-benchmark EVALSHA of a Lua check-and-decrement (ops/bench/reserve.lua)
+#   allocator / router      `loadtest run` (closed loop, reserve only) straight to the allocator and
+#                           through the router, for: one hot SKU; hot:0.9 over 1,000 SKUs;
+#                           zipf:1.1 over 100k SKUs; uniform over 100k SKUs
+#   open loop               `loadtest run --rate` at BENCH_OPEN_FRACTION (0.8) of the measured
+#                           router zipf throughput, latency from each request's intended start
+# Ratios: hot rows against pgbench hot, spread rows against pgbench uniform. Every allocator row
+# uses freshly loaded SKUs (ops/bench/seed.sql with partitions from `loadtest partitions`) and
+# ends with loadtest's invariant checks.
 #
-# Every scenario gets its own private PostgreSQL (initdb'ed fresh, so no scenario sees another's
-# rows and a shared server's other load does not distort the figures) and Redis, started by
-# ops/cluster.sh (via ops/services.sh) in its own state directory under $BENCH_DIR, so a
-# developer's cluster in .cluster/ is left alone. That PostgreSQL runs with fsync=off and
-# synchronous_commit=off (ops/services.sh), so a commit costs no disk flush: the figures
-# understate what batching (one commit per batch) saves against a durable server. Everything started is stopped at the end, also
-# on Ctrl-C, SIGTERM or an error.
+# Knobs (environment): BENCH_DURATION (12 s), BENCH_CONCURRENCY (64), BENCH_PARTITIONS (16),
+# BENCH_OPEN_FRACTION (0.8), BENCH_MAX_IN_FLIGHT (256, open loop), BENCH_SKIP_BUILD=1,
+# BENCH_DIR (.cluster/bench: per-row reports, logs, results.tsv, table.md). Allocator / router
+# knobs pass through (ALLOCATOR_BATCH_MAX, ALLOCATOR_POOL_SIZE, CLUSTER_ALLOCATOR_ARGS, ...).
+# Needs pgbench (postgresql-client, a dependency of postgresql) and redis-benchmark (redis-tools,
+# a dependency of redis-server); ops/lib.sh's ensure_packages installs those two servers.
 #
-# Workload knobs (environment): BENCH_DURATION (20 s per scenario), BENCH_CONCURRENCY (64),
-# BENCH_SKUS (1000), BENCH_SKEW (hot:0.9), BENCH_STOCK (1000000 units per SKU), BENCH_QUANTITY
-# (1), BENCH_CONFIRM_RATIO (0.5), BENCH_RELEASE_RATIO (0.3), BENCH_SEED (42),
-# BENCH_PARTITIONS (16), BENCH_BATCH_MAX (64).
-# Run knobs: BENCH_SCENARIOS, BENCH_PRIVATE (1; 0 lets ops/services.sh use servers on the default
-# ports, dropping and recreating its database there), BENCH_SKIP_BUILD=1, BENCH_BUDGET_SECONDS
-# (290: scenarios that would not finish within it are skipped; the build is not counted),
-# BENCH_DIR (.cluster/bench: logs, per-scenario reports *.txt / *.json, results.tsv).
-# Allocator / router knobs pass through the environment (ALLOCATOR_POOL_SIZE,
-# ALLOCATOR_HTTP_WORKERS, CLUSTER_ALLOCATOR_ARGS, ...; ALLOCATOR_BATCH_MAX is set per scenario).
-#
-# Output: progress and per-scenario reports on stderr, the result table on stdout. Exit status 0
-# when every scenario ran and passed its invariant checks, 1 otherwise.
+# Exit status 0 when every row ran and every invariant check passed, 1 otherwise. Everything
+# started is stopped at the end, also on Ctrl-C, SIGTERM or an error.
 set -euo pipefail
 
 # shellcheck source=ops/lib.sh
@@ -44,65 +41,38 @@ for arg in "$@"; do
     esac
 done
 
-DURATION="${BENCH_DURATION:-20}"
+DURATION="${BENCH_DURATION:-12}"
 CONCURRENCY="${BENCH_CONCURRENCY:-64}"
-SKUS="${BENCH_SKUS:-1000}"
-SKEW="${BENCH_SKEW:-hot:0.9}"
-STOCK="${BENCH_STOCK:-1000000}"
-QUANTITY="${BENCH_QUANTITY:-1}"
-CONFIRM_RATIO="${BENCH_CONFIRM_RATIO:-0.5}"
-RELEASE_RATIO="${BENCH_RELEASE_RATIO:-0.3}"
-SEED="${BENCH_SEED:-42}"
 PARTITIONS="${BENCH_PARTITIONS:-16}"
-BATCH_MAX="${BENCH_BATCH_MAX:-64}"
-SCENARIOS="${BENCH_SCENARIOS:-baseline batching cluster}"
-PRIVATE="${BENCH_PRIVATE:-1}"
-BUDGET="${BENCH_BUDGET_SECONDS:-290}"
+OPEN_FRACTION="${BENCH_OPEN_FRACTION:-0.8}"
+MAX_IN_FLIGHT="${BENCH_MAX_IN_FLIGHT:-256}"
 BENCH_DIR="${BENCH_DIR:-$REPO_ROOT/.cluster/bench}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 LOADTEST="$TARGET_DIR/release/loadtest"
-PREFIX=bench
+BENCH_SQL="$OPS_DIR/bench"
+STOCK=1000000000
+SPREAD_SKUS=100000
 
-for v in DURATION CONCURRENCY SKUS STOCK QUANTITY SEED PARTITIONS BATCH_MAX BUDGET; do
-    [[ "${!v}" =~ ^[0-9]+$ ]] || die "BENCH_$v must be a non-negative integer, got '${!v}'"
+for v in DURATION CONCURRENCY PARTITIONS MAX_IN_FLIGHT; do
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "BENCH_$v must be a positive integer, got '${!v}'"
 done
-((DURATION >= 1 && CONCURRENCY >= 1 && SKUS >= 1 && PARTITIONS >= 1 && BATCH_MAX >= 1)) \
-    || die "BENCH_DURATION, BENCH_CONCURRENCY, BENCH_SKUS, BENCH_PARTITIONS and BENCH_BATCH_MAX must be >= 1"
-for s in $SCENARIOS; do
-    [[ "$s" =~ ^(baseline|batching|cluster)$ ]] || die "unknown scenario '$s' in BENCH_SCENARIOS (baseline, batching, cluster)"
-done
+[[ "$OPEN_FRACTION" =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || die "BENCH_OPEN_FRACTION must be in (0, 1]"
 
 # --- cleanup -------------------------------------------------------------------------------------
 
-CHILD=""         # pid of the long-running command we are waiting for
-ACTIVE_DIRS=()   # scenario state dirs whose cluster may be running
+CHILD=""
+CLUSTER_UP=""
+CLUSTER_STATE="$BENCH_DIR/cluster"
 
-# run_child [--out FILE | --all FILE] CMD...: runs CMD in the background, in its own process group
-# (setsid), and waits for it. Waiting with `wait` lets a signal reach our trap at once (bash defers
-# traps while a foreground child runs), and the trap then stops CMD's whole group, so no helper
-# of CMD (services.sh, initdb, ...) outlives us. --out sends CMD's stdout to FILE, --all stdout
-# and stderr. (The redirection must be on CMD, not on the function call, or the trap's own
-# messages would land in FILE too.)
+# run_child CMD...: runs CMD in its own process group and waits, so a signal reaches our trap at
+# once and the trap can stop CMD's whole group.
 run_child() {
-    local rc=0 mode=none file=""
-    case "$1" in
-        --out | --all) mode=$1 file=$2; shift 2 ;;
-    esac
-    case "$mode" in
-        none) setsid -w "$@" </dev/null & ;;
-        --out) setsid -w "$@" >"$file" </dev/null & ;;
-        --all) setsid -w "$@" >"$file" 2>&1 </dev/null & ;;
-    esac
+    local rc=0
+    setsid -w "$@" </dev/null &
     CHILD=$!
     wait "$CHILD" || rc=$?
     CHILD=""
     return "$rc"
-}
-
-cluster_down() { # DIR
-    local dir=$1
-    CLUSTER_DIR="$dir" CLUSTER_STOP_TIMEOUT=15 "$OPS_DIR/cluster.sh" down >>"$dir.down.log" 2>&1 \
-        || warn "ops/cluster.sh down for $dir failed (see $dir.down.log)"
 }
 
 # shellcheck disable=SC2317 # invoked by the EXIT trap
@@ -110,26 +80,29 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     if [[ -n "$CHILD" ]]; then
-        # The child's own process group (run_child starts it with setsid).
         kill -TERM -- "-$CHILD" 2>/dev/null || kill -TERM "$CHILD" 2>/dev/null || true
         wait "$CHILD" 2>/dev/null || true
     fi
-    local dir
-    for dir in "${ACTIVE_DIRS[@]}"; do
-        [[ -n "$dir" ]] || continue
-        info "stopping the cluster in ${dir#"$REPO_ROOT"/}"
-        cluster_down "$dir"
-    done
+    if [[ -n "$CLUSTER_UP" ]]; then
+        info "stopping the benchmark cluster"
+        CLUSTER_DIR="$CLUSTER_STATE" CLUSTER_STOP_TIMEOUT=15 "$OPS_DIR/cluster.sh" down \
+            >>"$BENCH_DIR/cluster.down.log" 2>&1 || warn "ops/cluster.sh down failed (see $BENCH_DIR/cluster.down.log)"
+    fi
     exit "$rc"
 }
 trap cleanup EXIT
 trap 'err "interrupted"; exit 130' INT
 trap 'err "terminated"; exit 143' TERM
 
-# --- build ---------------------------------------------------------------------------------------
+# --- tools and build -----------------------------------------------------------------------------
 
 step "packages"
 ensure_packages postgresql redis curl jq
+PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"
+PGBENCH="$(command -v pgbench || true)"
+[[ -n "$PGBENCH" ]] || PGBENCH="$PG_BIN/pgbench"
+[[ -x "$PGBENCH" ]] || die "pgbench not found (apt-get install postgresql-client)"
+command -v redis-benchmark >/dev/null 2>&1 || die "redis-benchmark not found (apt-get install redis-tools)"
 if [[ -n "${BENCH_SKIP_BUILD:-}" ]]; then
     info "BENCH_SKIP_BUILD set: not building"
 else
@@ -144,136 +117,184 @@ done
 mkdir -p "$BENCH_DIR"
 RESULTS="$BENCH_DIR/results.tsv"
 : >"$RESULTS"
-
-# --- scenarios -----------------------------------------------------------------------------------
-
-START=$SECONDS
 FAILED=0
+START=$SECONDS
 
-# scenario_setup NAME: prints "allocators routers batch_max description".
-scenario_setup() {
-    case "$1" in
-        baseline) echo "1 0 1 1 allocator, ALLOCATOR_BATCH_MAX=1" ;;
-        batching) echo "1 0 $BATCH_MAX 1 allocator, ALLOCATOR_BATCH_MAX=$BATCH_MAX" ;;
-        cluster) echo "3 2 $BATCH_MAX 3 allocators + 2 routers, ALLOCATOR_BATCH_MAX=$BATCH_MAX, via router-1" ;;
-    esac
+# --- cluster -------------------------------------------------------------------------------------
+
+step "cluster: private durable PostgreSQL, private Redis, 1 allocator, 1 router ($PARTITIONS partitions)"
+CLUSTER_UP=1
+if ! run_child env CLUSTER_DIR="$CLUSTER_STATE" CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 \
+    CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATORS=1 CLUSTER_ROUTERS=1 CLUSTER_PARTITIONS="$PARTITIONS" \
+    CLUSTER_READY_TIMEOUT=60 CLUSTER_MAP_TIMEOUT=30 "$OPS_DIR/cluster.sh" up >"$BENCH_DIR/cluster.up.log" 2>&1; then
+    tail -n 25 "$BENCH_DIR/cluster.up.log" >&2 || true
+    die "cluster up failed (log $BENCH_DIR/cluster.up.log)"
+fi
+# shellcheck disable=SC1091
+source "$CLUSTER_STATE/cluster.env"
+ALLOCATOR_URL="${ALLOCATOR_URLS%% *}"
+PG_HOSTPORT="${DATABASE_URL#*@}"
+PG_HOSTPORT="${PG_HOSTPORT%%/*}"
+PG_PORT="${PG_HOSTPORT##*:}"
+REDIS_PORT="${REDIS_URL#redis://}"
+REDIS_PORT="${REDIS_PORT%%/*}"
+REDIS_PORT="${REDIS_PORT##*:}"
+psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
+PG_SETTINGS="$(psql_db -At "$DATABASE_URL" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', PostgreSQL ' || current_setting('server_version')")"
+info "allocator $ALLOCATOR_URL, router $ROUTER_URL, $PG_SETTINGS"
+[[ "$PG_SETTINGS" == "fsync=on, synchronous_commit=on"* ]] || die "PostgreSQL is not durable: $PG_SETTINGS"
+
+# row NAME SYSTEM WORKLOAD CLASS TPS P50 P99 P999 INVARIANTS NOTE: one line of results.tsv.
+row() { local IFS=$'\t'; printf '%s\n' "$*" >>"$RESULTS"; }
+
+# class_of KIND: the ratio class of a baseline row (hot rows against hot, spread against uniform).
+class_of() { if [[ $1 == hot ]]; then echo hot; else echo spread; fi; }
+
+# percentiles FILE: "p50 p99 p99.9" in ms of the microsecond values in FILE (one a line).
+percentiles() {
+    sort -n "$1" | awk '{ v[NR] = $1 } END {
+        if (NR == 0) { print "0 0 0"; exit }
+        split("0.5 0.99 0.999", q, " ")
+        for (i = 1; i <= 3; i++) { k = int(q[i] * NR + 0.999999); if (k < 1) k = 1; if (k > NR) k = NR; printf "%.2f%s", v[k] / 1000, (i < 3 ? " " : "\n") }
+    }'
 }
 
-PG_SETTINGS="(settings unknown)"
+# --- pgbench -------------------------------------------------------------------------------------
 
-# pg_settings DIR: the scenario PostgreSQL's commit durability, read-only.
-pg_settings() {
-    local url pg_bin
-    # shellcheck disable=SC1091
-    url="$(source "$1/env" && echo "$DATABASE_URL ${CLUSTER_PG_MODE:-?}")" || return 1
-    pg_bin="$(pg_bin_dir)" || return 1
-    printf '%s PostgreSQL with %s\n' "${url##* }" "$("$pg_bin/psql" -X -At "${url% *}" \
-        -c "SELECT 'fsync=' || current_setting('fsync') || ' synchronous_commit=' || current_setting('synchronous_commit')" 2>/dev/null)"
-}
-
-# Rough wall time of one scenario beyond the load itself: initdb + start + map (~15 s), seed,
-# final checks and stop.
-OVERHEAD=45
-
-run_scenario() {
-    local name=$1 allocs routers batch desc dir target rc
-    read -r allocs routers batch desc <<<"$(scenario_setup "$name")"
-    dir="$BENCH_DIR/$name"
-    rm -f "$dir".*.log "$dir.txt" "$dir.json"
-
-    local elapsed=$((SECONDS - START))
-    if ((elapsed + DURATION + OVERHEAD > BUDGET)); then
-        warn "skipping scenario $name: ${elapsed}s used, it needs ~$((DURATION + OVERHEAD))s, budget ${BUDGET}s (BENCH_BUDGET_SECONDS)"
-        printf '%s\tskipped\t%s\n' "$name" "$desc" >>"$RESULTS"
-        return 0
-    fi
-
-    step "scenario $name: $desc"
-    ACTIVE_DIRS+=("$dir")
-    info "fresh private PostgreSQL + Redis, migrate ($PARTITIONS partitions), start (log ${dir#"$REPO_ROOT"/}.up.log)"
-    if ! run_child --all "$dir.up.log" env CLUSTER_DIR="$dir" CLUSTER_PRIVATE="$PRIVATE" CLUSTER_SKIP_BUILD=1 \
-        CLUSTER_ALLOCATORS="$allocs" CLUSTER_ROUTERS="$routers" CLUSTER_PARTITIONS="$PARTITIONS" \
-        CLUSTER_READY_TIMEOUT=60 CLUSTER_MAP_TIMEOUT=30 ALLOCATOR_BATCH_MAX="$batch" \
-        "$OPS_DIR/cluster.sh" up; then
-        err "cluster up failed for $name; last lines of $dir.up.log:"
-        tail -n 25 "$dir.up.log" >&2 || true
-        printf '%s\tfailed\t%s\n' "$name" "$desc" >>"$RESULTS"
-        FAILED=1
-        cluster_down "$dir"
-        ACTIVE_DIRS=("${ACTIVE_DIRS[@]/$dir/}")
-        return 0
-    fi
-    # shellcheck disable=SC1091
-    target="$(source "$dir/cluster.env" && if [[ -n "${ROUTER_URL:-}" ]]; then echo "$ROUTER_URL"; else echo "${ALLOCATOR_URLS%% *}"; fi)"
-    [[ -n "$target" ]] || die "no URL in $dir/cluster.env"
-    info "target $target"
-    PG_SETTINGS="$(pg_settings "$dir")" || PG_SETTINGS="(settings unknown)"
-
-    rc=0
-    info "seeding $SKUS SKUs with $STOCK units each"
-    run_child --all "$dir.seed.log" "$LOADTEST" seed --target "$target" --skus "$SKUS" --stock "$STOCK" \
-        --prefix "$PREFIX" || rc=$?
-    cat "$dir.seed.log" >&2
-    if ((rc == 0)); then
-        info "load: $CONCURRENCY workers, ${DURATION}s, skew $SKEW"
-        # The report goes to $dir.txt (shown below); progress lines go to our stderr.
-        run_child --out "$dir.txt" "$LOADTEST" run --target "$target" --skus "$SKUS" --prefix "$PREFIX" \
-            --concurrency "$CONCURRENCY" --duration-secs "$DURATION" --skew "$SKEW" \
-            --quantity "$QUANTITY" --confirm-ratio "$CONFIRM_RATIO" --release-ratio "$RELEASE_RATIO" \
-            --seed "$SEED" --json-out "$dir.json" || rc=$?
-        cat "$dir.txt" >&2
-    fi
-    if [[ -s "$dir.json" ]] && ((rc == 0 || rc == 1)); then
-        jq -r --arg n "$name" --arg d "$desc" '[$n, "ran", $d,
-            .reserves_per_sec, .http_requests_per_sec,
-            .ops.reserve.latency.p50_ms, .ops.reserve.latency.p99_ms, .ops.reserve.latency.p999_ms,
-            ([.retries_by_cause[]] | add // 0),
-            ([.ops.reserve.outcomes | to_entries[] | select(.key | startswith("gave_up")) | .value] | add // 0),
-            (if .invariants.ok then "OK" else "FAILED" end)] | @tsv' "$dir.json" >>"$RESULTS"
-        ((rc == 0)) || FAILED=1
+NAIVE_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_naive"
+step "pgbench: naive fenced single-statement reserve"
+"$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_naive
+psql_db "$NAIVE_URL" -v partitions="$PARTITIONS" -v stock="$STOCK" -v skus="$SPREAD_SKUS" \
+    -f "$BENCH_SQL/naive_init.sql"
+for kind in hot uniform; do
+    prefix="$BENCH_DIR/pgbench_$kind"
+    rm -f "$prefix".*
+    info "pgbench $kind: $CONCURRENCY clients, ${DURATION}s"
+    if run_child "$PGBENCH" -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" \
+        -f "$BENCH_SQL/naive_reserve_$kind.sql" -l --log-prefix="$prefix" "$NAIVE_URL" >"$prefix.txt" 2>&1; then
+        tps="$(awk '/^tps = / && /without initial connection time/ { print $3 }' "$prefix.txt")"
+        cat "$prefix".[0-9]* | awk '{ print $3 }' >"$prefix.us"
+        read -r p50 p99 p999 <<<"$(percentiles "$prefix.us")"
+        row "pgbench" "naive fenced UPDATE" "$kind" "$(class_of "$kind")" "$tps" "$p50" "$p99" "$p999" "-" ""
     else
-        err "scenario $name: loadtest failed (exit $rc)"
-        printf '%s\tfailed\t%s\n' "$name" "$desc" >>"$RESULTS"
+        tail -n 5 "$prefix.txt" >&2
+        row "pgbench" "naive fenced UPDATE" "$kind" "$(class_of "$kind")" "failed" 0 0 0 "-" ""
         FAILED=1
     fi
+done
 
-    info "stopping $name"
-    cluster_down "$dir"
-    ACTIVE_DIRS=("${ACTIVE_DIRS[@]/$dir/}")
+# --- redis ---------------------------------------------------------------------------------------
+
+step "redis-benchmark: Lua check-and-decrement (EVALSHA)"
+redis-cli -p "$REDIS_PORT" -n 1 FLUSHDB >/dev/null
+redis-cli -p "$REDIS_PORT" -n 1 EVAL "for i = 0, $((SPREAD_SKUS - 1)) do redis.call('HSET', string.format('s:%012d', i), 'a', $STOCK, 'h', 0) end return 1" 0 >/dev/null
+SHA="$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat "$BENCH_SQL/reserve.lua")")"
+for kind in hot uniform; do
+    out="$BENCH_DIR/redis_$kind.txt"
+    args=(-p "$REDIS_PORT" --dbnum 1 -c "$CONCURRENCY")
+    if [[ $kind == hot ]]; then key='s:000000000000'; else key='s:__rand_int__'; args+=(-r "$SPREAD_SKUS"); fi
+    # redis-benchmark counts requests, not seconds: a 1 s calibration sizes the run to the duration.
+    rps="$(redis-benchmark "${args[@]}" -n 20000 -q EVALSHA "$SHA" 1 "$key" 2>/dev/null | tr '\r' '\n' \
+        | awk '/requests per second/ { for (i = 1; i <= NF; i++) if ($i == "requests") v = $(i - 1) } END { print int(v) }')"
+    n=$(( (rps > 0 ? rps : 10000) * DURATION ))
+    info "redis $kind: $CONCURRENCY clients, $n requests (~${DURATION}s at the calibrated rate)"
+    if run_child redis-benchmark "${args[@]}" -n "$n" EVALSHA "$SHA" 1 "$key" >"$out" 2>&1; then
+        tr '\r' '\n' <"$out" | awk -v kind="$kind" -v class="$(class_of "$kind")" '
+            /throughput summary:/ { tps = $3 }
+            /^ *[0-9.]+% <= [0-9.]+ milliseconds/ { p = $1 + 0; if (p >= 99.9 && p999 == "") p999 = $3 }
+            /latency summary/ { getline; getline; p50 = $3; p99 = $5 }
+            END { printf "redis\tLua EVALSHA\t%s\t%s\t%s\t%s\t%s\t%s\t-\t\n", kind, class, tps, p50, p99, p999 }' >>"$RESULTS"
+    else
+        row "redis" "Lua EVALSHA" "$kind" "$(class_of "$kind")" "failed" 0 0 0 "-" ""
+        FAILED=1
+    fi
+done
+
+# --- allocator -----------------------------------------------------------------------------------
+
+# seed PREFIX SKUS: fresh SKUs straight into PostgreSQL.
+seed() {
+    "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" \
+        | psql_db "$DATABASE_URL" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
 }
 
-step "benchmark: $SKEW over $SKUS SKUs, $CONCURRENCY workers, ${DURATION}s per scenario; scenarios: $SCENARIOS"
-for s in $SCENARIOS; do
-    run_scenario "$s"
+# loadtest_row SYSTEM URL WORKLOAD CLASS SKUS SKEW [EXTRA...]: seed, run, record.
+loadtest_row() {
+    local system=$1 url=$2 workload=$3 class=$4 skus=$5 skew=$6 rc=0
+    shift 6
+    ROW_N=$((ROW_N + 1))
+    local name="row${ROW_N}_${system}" prefix="bench${ROW_N}"
+    info "$system $workload: seeding $skus SKUs ($prefix-*), then ${DURATION}s $*"
+    seed "$prefix" "$skus" || { row "$system" "$system" "$workload" "$class" "failed" 0 0 0 "seed failed" ""; FAILED=1; return 0; }
+    run_child "$LOADTEST" run --target "$url" --skus "$skus" --prefix "$prefix" --skew "$skew" \
+        --concurrency "$CONCURRENCY" --duration-secs "$DURATION" --confirm-ratio 0 --release-ratio 0 \
+        --snapshot-max 0 --progress-secs 0 --seed 42 --json-out "$BENCH_DIR/$name.json" "$@" \
+        >"$BENCH_DIR/$name.txt" 2>"$BENCH_DIR/$name.err" || rc=$?
+    if [[ -s "$BENCH_DIR/$name.json" ]] && ((rc == 0 || rc == 1)); then
+        jq -r --arg s "$system" --arg w "$workload" --arg c "$class" '[$s, (if .config.rate then "open loop " + (.config.rate | floor | tostring) + "/s" else $s end), $w, $c,
+            .reserves_per_sec, .ops.reserve.latency.p50_ms, .ops.reserve.latency.p99_ms, .ops.reserve.latency.p999_ms,
+            (if .invariants.ok then "OK" else "FAILED" end),
+            (if .pacing then "late \(.pacing.started_late), not started \(.pacing.not_started)" else "" end)] | @tsv' \
+            "$BENCH_DIR/$name.json" >>"$RESULTS"
+        ((rc == 0)) || { FAILED=1; cat "$BENCH_DIR/$name.txt" >&2; }
+    else
+        err "$system $workload: loadtest failed (exit $rc): $(tail -n 3 "$BENCH_DIR/$name.err")"
+        row "$system" "$system" "$workload" "$class" "failed" 0 0 0 "-" ""
+        FAILED=1
+    fi
+}
+
+ROW_N=0
+WORKLOADS=("1 hot SKU|hot|1|uniform" "hot:0.9 over 1,000|hot|1000|hot:0.9"
+    "zipf:1.1 over 100k|spread|$SPREAD_SKUS|zipf:1.1" "uniform over 100k|spread|$SPREAD_SKUS|uniform")
+for system in allocator router; do
+    url=$ALLOCATOR_URL
+    [[ $system == router ]] && url=$ROUTER_URL
+    step "$system: loadtest closed loop, reserve only"
+    for w in "${WORKLOADS[@]}"; do
+        IFS='|' read -r workload class skus skew <<<"$w"
+        loadtest_row "$system" "$url" "$workload" "$class" "$skus" "$skew"
+    done
 done
+
+step "open loop at $OPEN_FRACTION of the router's zipf throughput"
+peak="$(awk -F'\t' '$1 == "router" && $3 ~ /^zipf/ { print $5 }' "$RESULTS")"
+if [[ "$peak" =~ ^[0-9.]+$ ]] && awk -v p="$peak" 'BEGIN { exit !(p > 0) }'; then
+    rate="$(awk -v p="$peak" -v f="$OPEN_FRACTION" 'BEGIN { printf "%.1f", p * f }')"
+    loadtest_row "router" "$ROUTER_URL" "zipf:1.1 over 100k" spread "$SPREAD_SKUS" zipf:1.1 \
+        --rate "$rate" --max-in-flight "$MAX_IN_FLIGHT"
+else
+    warn "no router zipf throughput measured; open-loop row skipped"
+    FAILED=1
+fi
 
 # --- table ---------------------------------------------------------------------------------------
 
+TABLE="$BENCH_DIR/table.md"
+{
+    echo "Durable PostgreSQL ($PG_SETTINGS), $CONCURRENCY clients, ${DURATION}s per row, $PARTITIONS partitions,"
+    echo "1 allocator + 1 router, $(nproc 2>/dev/null || echo '?') CPUs shared by servers and load generators."
+    echo
+    echo "| system | workload | throughput /s | p50 ms | p99 ms | p99.9 ms | vs naive pgbench | invariants | notes |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+    awk -F'\t' '
+        $1 == "pgbench" && $6 != "failed" { base[$4] = $5 }
+        { line[NR] = $0 }
+        END {
+            for (i = 1; i <= NR; i++) {
+                split(line[i], f, "\t")
+                ratio = "-"
+                if (f[5] != "failed" && (f[4] in base) && base[f[4]] > 0) ratio = sprintf("%.2fx", f[5] / base[f[4]])
+                tput = (f[5] == "failed") ? "failed" : sprintf("%.0f", f[5])
+                printf "| %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s |\n", f[2], f[3], tput, f[6], f[7], f[8], ratio, f[9], f[10]
+            }
+        }' "$RESULTS"
+    echo
+    echo "Ratios: hot rows against pgbench hot, spread rows against pgbench uniform. allocator/router rows"
+    echo "are reserve operations per second through the HTTP API (each a fenced transaction with its"
+    echo "reservation and ledger rows); pgbench and redis rows are single statements / scripts."
+} >"$TABLE"
 echo
-echo "hot-SKU benchmark: skew $SKEW over $SKUS SKUs, $CONCURRENCY closed-loop workers, ${DURATION}s per scenario,"
-echo "reserve then confirm $CONFIRM_RATIO / release $RELEASE_RATIO, $PARTITIONS partitions, $(nproc 2>/dev/null || echo '?') CPUs,"
-echo "a fresh $PG_SETTINGS per scenario"
-echo
-awk -F'\t' '
-    BEGIN {
-        printf "%-9s %10s %9s %9s %9s %10s %8s %8s %-10s  %s\n", "scenario", "reserves/s", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "retries", "gave up", "invariants", "setup"
-    }
-    $2 != "ran" { printf "%-9s %10s %9s %9s %9s %10s %8s %8s %-10s  %s\n", $1, $2, "-", "-", "-", "-", "-", "-", "-", $3; next }
-    {
-        printf "%-9s %10.1f %9.1f %9.2f %9.2f %10.2f %8d %8d %-10s  %s\n", $1, $4, $5, $6, $7, $8, $9, $10, $11, $3
-        tput[$1] = $4; p99[$1] = $7; order[++n] = $1
-    }
-    END {
-        if (!("baseline" in tput) || tput["baseline"] <= 0) exit
-        print ""
-        for (i = 1; i <= n; i++) {
-            s = order[i]
-            if (s == "baseline") continue
-            printf "%s: %.1fx baseline throughput, p99 %.2fx baseline (%.2f ms vs %.2f ms)\n", s, tput[s] / tput["baseline"], (p99["baseline"] > 0 ? p99[s] / p99["baseline"] : 0), p99[s], p99["baseline"]
-        }
-    }' "$RESULTS"
-echo
-echo "(reserves/s: reserve operations completed per second; latency: reserve end to end, retries included."
-echo " Reports: ${BENCH_DIR#"$REPO_ROOT"/}/<scenario>.txt and .json; process logs: ${BENCH_DIR#"$REPO_ROOT"/}/<scenario>/logs/)"
-info "benchmark done in $((SECONDS - START))s (build excluded)"
+cat "$TABLE"
+info "benchmark done in $((SECONDS - START))s (build excluded); reports in ${BENCH_DIR#"$REPO_ROOT"/}"
 exit "$FAILED"

@@ -6,6 +6,9 @@
 #   ops/test.sh [--lint] [cargo test args...]   replace --workspace --all-targets, e.g.
 #                                               ops/test.sh -p allocator --test fencing
 #
+# The test run includes a few seconds of the load tool (loadtest/tests/smoke.rs: closed loop with
+# orders and expiring holds, then open loop at 40/s, against a real allocator and router on the
+# tests' private PostgreSQL); it fails when the tool's invariant checks fail.
 # The integration tests start private PostgreSQL and Redis servers, so the PostgreSQL server
 # binaries and redis-server are installed when missing (apt-get, as root). Every step runs even
 # when an earlier one failed; the exit status is the first failure's.

@@ -13,7 +13,7 @@ use rand::Rng;
 use reqwest::{Client, Method};
 use serde::Serialize;
 
-use crate::report::{bump, OpStats};
+use crate::stats::OpTrace;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -182,13 +182,15 @@ impl Api {
     }
 
     /// Send `method path [json body]`, retrying per the policy. Records attempts, retries and
-    /// the end-to-end latency into `stats` (the caller records the outcome).
+    /// the end-to-end latency into `trace`; the latency counts from `origin` when given (the
+    /// intended start of an open-loop request), else from now.
     pub async fn call<R: Rng + ?Sized>(
         &self,
         method: Method,
         path: &str,
         body: Option<&[u8]>,
-        stats: &mut OpStats,
+        origin: Option<Instant>,
+        trace: &mut OpTrace,
         rng: &mut R,
     ) -> Final {
         let started = Instant::now();
@@ -201,8 +203,7 @@ impl Api {
             // (at least 1 ms so that a last attempt is still made).
             let timeout = self.request_timeout.min(left).max(Duration::from_millis(1));
             let (attempt, label) = self.attempt(&method, path, body, timeout).await;
-            stats.attempt_latency.record(now.elapsed());
-            bump(&mut stats.attempts, &label, 1);
+            trace.attempts.push((label, now.elapsed()));
             match attempt {
                 Attempt::Done(status, body) => break Final::Answer { status, body },
                 Attempt::Retry { cause, retry_after } => {
@@ -210,13 +211,13 @@ impl Api {
                     if Instant::now() + delay >= deadline {
                         break Final::GaveUp { cause };
                     }
-                    bump(&mut stats.retries, &cause, 1);
+                    trace.retries.push(cause);
                     tokio::time::sleep(delay).await;
                     retry += 1;
                 }
             }
         };
-        stats.latency.record(started.elapsed());
+        trace.latency = origin.unwrap_or(started).elapsed();
         result
     }
 
@@ -224,30 +225,29 @@ impl Api {
         &self,
         path: &str,
         body: &T,
-        stats: &mut OpStats,
+        origin: Option<Instant>,
+        trace: &mut OpTrace,
         rng: &mut R,
     ) -> Final {
         let bytes = serde_json::to_vec(body).expect("wire types serialise");
-        self.call(Method::POST, path, Some(&bytes), stats, rng)
+        self.call(Method::POST, path, Some(&bytes), origin, trace, rng)
             .await
     }
 
     pub async fn post_empty<R: Rng + ?Sized>(
         &self,
         path: &str,
-        stats: &mut OpStats,
+        trace: &mut OpTrace,
         rng: &mut R,
     ) -> Final {
-        self.call(Method::POST, path, None, stats, rng).await
+        self.call(Method::POST, path, None, None, trace, rng).await
     }
 
-    pub async fn get<R: Rng + ?Sized>(
-        &self,
-        path: &str,
-        stats: &mut OpStats,
-        rng: &mut R,
-    ) -> Final {
-        self.call(Method::GET, path, None, stats, rng).await
+    /// GET with retries; nothing recorded.
+    pub async fn get<R: Rng + ?Sized>(&self, path: &str, rng: &mut R) -> Final {
+        let mut trace = OpTrace::default();
+        self.call(Method::GET, path, None, None, &mut trace, rng)
+            .await
     }
 }
 

@@ -5,17 +5,24 @@
 //! loadtest seed  --target URL --skus 1000 --stock 1000000 --prefix bench
 //! loadtest run   --target URL --skus 1000 --prefix bench --concurrency 64 --duration-secs 20 \
 //!                --skew hot:0.9 --confirm-ratio 0.5 --release-ratio 0.3 --seed 42 [--json]
+//! loadtest run   ... --rate 500 --max-in-flight 256            # open loop
+//! loadtest run   ... --order-ratio 0.2 --order-lines 3         # orders (router target)
 //! loadtest check --target URL --skus 1000 --prefix bench
+//! loadtest partitions --skus 100000 --prefix bench --partitions 16   # sku,partition CSV
 //! ```
 //!
 //! Exit status: 0 on success, 1 when an invariant fails (run, check) or a SKU could not be
 //! seeded (seed), 2 on usage or setup errors.
 
+mod check;
 mod client;
-mod histogram;
+mod iteration;
+mod pacer;
 mod report;
 mod run;
+mod seed;
 mod skew;
+mod stats;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,7 +40,7 @@ use crate::skew::{Skew, SkuPicker};
 #[command(
     name = "loadtest",
     version,
-    about = "Closed-loop load generator and invariant checker for the allocator / router API"
+    about = "Closed- and open-loop load generator and invariant checker for the allocator / router API"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -44,10 +51,25 @@ struct Cli {
 enum Command {
     /// Restock {prefix}-0..N with --stock units each (idempotent adjustment ids).
     Seed(SeedArgs),
-    /// Closed-loop reserve → confirm/release workload, latency report and invariant checks.
+    /// Reserve (or order) → confirm/release workload, closed or open loop; latency report and
+    /// invariant checks.
     Run(RunArgs),
     /// Check I1 (available >= 0, on_hand = available + held + confirmed) on {prefix}-0..N.
     Check(CheckArgs),
+    /// Print `sku,partition` for {prefix}-0..N (the allocator's partition function), for
+    /// loading SKUs straight into PostgreSQL.
+    Partitions(PartitionsArgs),
+}
+
+#[derive(Debug, Args)]
+struct PartitionsArgs {
+    #[arg(long, default_value_t = 1000)]
+    skus: usize,
+    #[arg(long, default_value = "lt")]
+    prefix: String,
+    /// The cluster's partition count (`allocator migrate --partitions`).
+    #[arg(long)]
+    partitions: u32,
 }
 
 /// Flags shared by every subcommand.
@@ -105,6 +127,23 @@ struct RunArgs {
     /// Closed-loop workers (each has one iteration in flight).
     #[arg(long, env = "LOADTEST_CONCURRENCY", default_value_t = 16)]
     concurrency: usize,
+    /// Open loop: start this many iterations per second on a fixed schedule, whatever the
+    /// answers; latency counts from each iteration's intended start. Replaces the workers.
+    #[arg(long, env = "LOADTEST_RATE")]
+    rate: Option<f64>,
+    /// Open loop: iterations in flight at most; a due iteration waits for a free slot.
+    #[arg(long, env = "LOADTEST_MAX_IN_FLIGHT", default_value_t = 256)]
+    max_in_flight: usize,
+    /// Open loop: a start later than this after its intended time counts as late.
+    #[arg(long, env = "LOADTEST_LATE_MS", default_value_t = 10)]
+    late_ms: u64,
+    /// Fraction of iterations that place an all-or-nothing order
+    /// (POST /v1/orders/{id}/reservations, router only) instead of a single reservation.
+    #[arg(long, env = "LOADTEST_ORDER_RATIO", default_value_t = 0.0)]
+    order_ratio: f64,
+    /// Lines per order (SKUs drawn with --skew).
+    #[arg(long, env = "LOADTEST_ORDER_LINES", default_value_t = 3)]
+    order_lines: usize,
     /// Run for this long (default 10 s when --requests is not given either).
     #[arg(long, env = "LOADTEST_DURATION_SECS")]
     duration_secs: Option<f64>,
@@ -118,8 +157,8 @@ struct RunArgs {
     /// Units per reservation.
     #[arg(long, env = "LOADTEST_QUANTITY", default_value_t = 1)]
     quantity: i64,
-    /// Hold TTL; long by default so that nothing expires during a run (the accounting check
-    /// assumes it).
+    /// Hold TTL. Holds that can have expired by the end are read back from the service and
+    /// counted as expired.
     #[arg(long, env = "LOADTEST_TTL_SECONDS", default_value_t = 3600)]
     ttl_seconds: u32,
     /// Fraction of held reservations that are then confirmed.
@@ -168,7 +207,7 @@ impl Common {
         }
         // The longest name is the last one.
         for k in [0, self.skus - 1] {
-            validate::sku(&run::sku_name(&self.prefix, k))
+            validate::sku(&iteration::sku_name(&self.prefix, k))
                 .map_err(|e| anyhow::anyhow!("--prefix {:?}: {e}", self.prefix))?;
         }
         if self.request_timeout_ms == 0 || self.retry_deadline_ms == 0 {
@@ -229,7 +268,7 @@ async fn cmd_seed(args: SeedArgs) -> anyhow::Result<bool> {
         );
     }
     let api = args.common.api(args.concurrency.max(1))?;
-    let report = run::seed(run::SeedParams {
+    let report = seed::seed(seed::SeedParams {
         api,
         skus: args.common.skus,
         stock: args.stock,
@@ -244,8 +283,19 @@ async fn cmd_seed(args: SeedArgs) -> anyhow::Result<bool> {
 async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
     let common = &args.common;
     common.validate()?;
-    if args.concurrency == 0 {
-        bail!("--concurrency must be at least 1");
+    if args.concurrency == 0 || args.max_in_flight == 0 {
+        bail!("--concurrency and --max-in-flight must be at least 1");
+    }
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1e6) {
+            bail!("--rate must be in (0, 1000000]");
+        }
+    }
+    if !(args.order_ratio.is_finite() && (0.0..=1.0).contains(&args.order_ratio)) {
+        bail!("--order-ratio must be in 0..=1");
+    }
+    if !(1..=limits::ORDER_LINES_MAX).contains(&args.order_lines) {
+        bail!("--order-lines must be in 1..={}", limits::ORDER_LINES_MAX);
     }
     validate::quantity(args.quantity).map_err(|e| anyhow::anyhow!("--quantity: {e}"))?;
     validate::ttl_seconds(Some(args.ttl_seconds))
@@ -272,7 +322,12 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
     let run_id = args.run_id.clone().unwrap_or_else(default_run_id);
     validate::id(
         "reservation_id",
-        &format!("{run_id}-w{}-{}", args.concurrency, u64::MAX),
+        &format!(
+            "{run_id}-w{}-{}-o:{}",
+            args.concurrency,
+            u64::MAX,
+            args.order_lines
+        ),
     )
     .map_err(|e| anyhow::anyhow!("--run-id: {e}"))?;
     let picker = SkuPicker::new(args.skew, common.skus).map_err(anyhow::Error::msg)?;
@@ -282,22 +337,31 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
         skus: common.skus,
         prefix: common.prefix.clone(),
         skew: args.skew.to_string(),
-        concurrency: args.concurrency,
+        concurrency: if args.rate.is_some() {
+            args.max_in_flight
+        } else {
+            args.concurrency
+        },
+        rate: args.rate,
+        late_ms: args.late_ms,
         duration_secs,
         requests: args.requests,
         quantity: args.quantity,
         ttl_seconds: args.ttl_seconds,
         confirm_ratio: args.confirm_ratio,
         release_ratio: args.release_ratio,
+        order_ratio: args.order_ratio,
+        order_lines: args.order_lines,
         seed: args.seed,
     };
-    let api = common.api(args.concurrency.max(args.check_concurrency))?;
+    let api = common.api(config.concurrency.max(args.check_concurrency))?;
     let progress = (args.progress_secs.is_finite() && args.progress_secs > 0.0)
         .then(|| Duration::from_secs_f64(args.progress_secs));
     let report = run::run(run::RunParams {
         api,
         config,
         picker,
+        max_in_flight: args.max_in_flight,
         snapshot_max: args.snapshot_max,
         settle: Duration::from_millis(args.settle_ms),
         progress,
@@ -311,34 +375,27 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
 async fn cmd_check(args: CheckArgs) -> anyhow::Result<bool> {
     args.common.validate()?;
     let api = args.common.api(args.concurrency.max(1))?;
-    let report = run::check(
+    let report = seed::check(
         &api,
         &args.common.prefix,
         args.common.skus,
         args.concurrency,
     )
     .await;
-    args.common.emit(&report, || {
-        let mut out = format!(
-            "check {}: {} of {} SKUs present; totals on_hand {} available {} held {} confirmed {}: {}\n",
-            report.target,
-            report.present,
-            report.skus,
-            report.totals.on_hand,
-            report.totals.available,
-            report.totals.held,
-            report.totals.confirmed,
-            if report.ok { "OK" } else { "FAILED" }
-        );
-        for e in &report.errors {
-            out.push_str(&format!("  error: {e}\n"));
-        }
-        for v in &report.violations {
-            out.push_str(&format!("  !! {}: {}\n", v.sku, v.violations.join("; ")));
-        }
-        out
-    })?;
+    args.common.emit(&report, || report.render_text())?;
     Ok(report.ok)
+}
+
+fn cmd_partitions(args: PartitionsArgs) -> anyhow::Result<bool> {
+    if args.skus == 0 || args.partitions == 0 {
+        bail!("--skus and --partitions must be at least 1");
+    }
+    validate::sku(&iteration::sku_name(&args.prefix, args.skus - 1))
+        .map_err(|e| anyhow::anyhow!("--prefix {:?}: {e}", args.prefix))?;
+    use std::io::Write as _;
+    let csv = seed::partitions_csv(&args.prefix, args.skus, args.partitions);
+    std::io::stdout().lock().write_all(csv.as_bytes())?;
+    Ok(true)
 }
 
 fn main() -> ExitCode {
@@ -358,6 +415,7 @@ fn main() -> ExitCode {
             Command::Seed(args) => cmd_seed(args).await,
             Command::Run(args) => cmd_run(args).await,
             Command::Check(args) => cmd_check(args).await,
+            Command::Partitions(args) => cmd_partitions(args),
         }
     });
     match result {

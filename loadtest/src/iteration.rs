@@ -1,0 +1,345 @@
+//! One iteration of the workload, shared by the closed and the open loop: a reservation (or, with
+//! `--order-ratio`, a multi-line order through the router), then confirm, release or leave each
+//! hold. The iteration records into the caller's [`WorkerStats`] only when it is over, so the
+//! open loop can keep one set of histograms behind a lock.
+
+use std::time::Instant;
+
+use allocator::wire::{OrderLine, OrderRequest, Reservation, ReservationStatus, ReserveRequest};
+use rand::Rng;
+use serde::Deserialize;
+
+use crate::client::{encode_segment, Api, Final};
+use crate::report::RunConfig;
+use crate::skew::SkuPicker;
+use crate::stats::{OpTrace, Tracked, WorkerStats};
+
+pub fn sku_name(prefix: &str, index: usize) -> String {
+    format!("{prefix}-{index}")
+}
+
+/// What a reserve/confirm/release iteration does after the reservation is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Confirm,
+    Release,
+    Leave,
+}
+
+/// `u` uniform in [0, 1): below `confirm` → confirm, below `confirm + release` → release.
+pub fn choose_action(u: f64, confirm: f64, release: f64) -> Action {
+    if u < confirm {
+        Action::Confirm
+    } else if u < confirm + release {
+        Action::Release
+    } else {
+        Action::Leave
+    }
+}
+
+/// The body of a placed order (`201`/`200`).
+#[derive(Debug, Deserialize)]
+struct OrderPlaced {
+    reservations: Vec<Reservation>,
+}
+
+/// What one iteration did; applied to [`WorkerStats`] by [`Record::apply`].
+#[derive(Debug, Default)]
+pub struct Record {
+    ops: Vec<(&'static str, OpTrace, String)>,
+    attempted: Vec<usize>,
+    /// Final statuses the client knows: (sku index, status, quantity, reservation id).
+    known: Vec<(usize, ReservationStatus, i64, String)>,
+    pending: Vec<Tracked>,
+}
+
+impl Record {
+    pub fn apply(self, stats: &mut WorkerStats) {
+        for (op, trace, outcome) in &self.ops {
+            stats.op(op).absorb(trace, outcome);
+        }
+        for k in self.attempted {
+            stats.tally(k).attempted += 1;
+        }
+        for (k, status, quantity, id) in self.known {
+            stats.tally(k).account(status, quantity);
+            if status == ReservationStatus::Held {
+                stats.held.push(Tracked {
+                    reservation_id: id,
+                    sku_index: k,
+                    quantity,
+                });
+            }
+        }
+        stats.pending.extend(self.pending);
+        stats.iterations += 1;
+    }
+}
+
+/// Run one iteration under the id prefix `id`. `origin` is the intended start (open loop): the
+/// first request's latency counts from it.
+pub async fn iterate<R: Rng + ?Sized>(
+    api: &Api,
+    c: &RunConfig,
+    picker: &SkuPicker,
+    id: String,
+    origin: Option<Instant>,
+    rng: &mut R,
+) -> Record {
+    let mut record = Record::default();
+    let holds = if c.order_ratio > 0.0 && rng.random::<f64>() < c.order_ratio {
+        order(api, c, picker, &id, origin, rng, &mut record).await
+    } else {
+        reserve(api, c, picker, id, origin, rng, &mut record).await
+    };
+    for (k, reservation_id) in holds {
+        let action = choose_action(rng.random::<f64>(), c.confirm_ratio, c.release_ratio);
+        let status = match action {
+            Action::Leave => Some(ReservationStatus::Held),
+            Action::Confirm => transition(api, "confirm", &reservation_id, rng, &mut record).await,
+            Action::Release => transition(api, "release", &reservation_id, rng, &mut record).await,
+        };
+        match status {
+            Some(status) => record.known.push((k, status, c.quantity, reservation_id)),
+            None => record.pending.push(Tracked {
+                reservation_id,
+                sku_index: k,
+                quantity: c.quantity,
+            }),
+        }
+    }
+    record
+}
+
+/// A single reservation. Returns the hold (sku index, id) when it is held.
+async fn reserve<R: Rng + ?Sized>(
+    api: &Api,
+    c: &RunConfig,
+    picker: &SkuPicker,
+    reservation_id: String,
+    origin: Option<Instant>,
+    rng: &mut R,
+    record: &mut Record,
+) -> Vec<(usize, String)> {
+    let k = picker.pick(rng);
+    record.attempted.push(k);
+    let request = ReserveRequest {
+        reservation_id: reservation_id.clone(),
+        sku: sku_name(&c.prefix, k),
+        quantity: c.quantity,
+        ttl_seconds: Some(c.ttl_seconds),
+    };
+    let mut trace = OpTrace::default();
+    let outcome = api
+        .post_json("/v1/reservations", &request, origin, &mut trace, rng)
+        .await;
+    let mut unknown = false;
+    let mut held = Vec::new();
+    let label = match outcome {
+        Final::Answer {
+            status: code @ (200 | 201),
+            body,
+        } => match serde_json::from_slice::<Reservation>(&body) {
+            Ok(r) if r.status == ReservationStatus::Held => {
+                held.push((k, reservation_id.clone()));
+                if code == 201 { "created" } else { "replayed" }.to_owned()
+            }
+            Ok(r) => {
+                // A replay of a hold that has moved on (expired): count it as it is now.
+                record
+                    .known
+                    .push((k, r.status, c.quantity, reservation_id.clone()));
+                format!("replayed_{}", r.status.as_str())
+            }
+            Err(_) => {
+                unknown = true;
+                format!("unparsable_{code}")
+            }
+        },
+        Final::Answer { status: 409, .. } => "insufficient_stock".to_owned(),
+        Final::Answer { status: 422, .. } => "idempotency_mismatch".to_owned(),
+        Final::Answer { status, .. } => {
+            // A 5xx may have been applied; a 4xx was refused.
+            unknown = status >= 500;
+            format!("http_{status}")
+        }
+        Final::GaveUp { cause } => {
+            unknown = true;
+            format!("gave_up_{cause}")
+        }
+    };
+    record.ops.push(("reserve", trace, label));
+    if unknown {
+        record.pending.push(Tracked {
+            reservation_id,
+            sku_index: k,
+            quantity: c.quantity,
+        });
+    }
+    held
+}
+
+/// An all-or-nothing order of `order_lines` lines (router only). Line `i` is the reservation
+/// `{order_id}:{i}`. Returns the held lines.
+async fn order<R: Rng + ?Sized>(
+    api: &Api,
+    c: &RunConfig,
+    picker: &SkuPicker,
+    order_id: &str,
+    origin: Option<Instant>,
+    rng: &mut R,
+    record: &mut Record,
+) -> Vec<(usize, String)> {
+    let picks: Vec<usize> = (0..c.order_lines.max(1))
+        .map(|_| picker.pick(rng))
+        .collect();
+    record.attempted.extend(&picks);
+    let request = OrderRequest {
+        lines: picks
+            .iter()
+            .map(|&k| OrderLine {
+                sku: sku_name(&c.prefix, k),
+                quantity: c.quantity,
+            })
+            .collect(),
+        ttl_seconds: Some(c.ttl_seconds),
+    };
+    let path = format!("/v1/orders/{}/reservations", encode_segment(order_id));
+    let mut trace = OpTrace::default();
+    let outcome = api
+        .post_json(&path, &request, origin, &mut trace, rng)
+        .await;
+    let line_id = |i: usize| format!("{order_id}:{i}");
+    let mut held = Vec::new();
+    let mut unknown = false;
+    let label = match outcome {
+        Final::Answer {
+            status: code @ (200 | 201),
+            body,
+        } => match serde_json::from_slice::<OrderPlaced>(&body) {
+            Ok(placed) if placed.reservations.len() == picks.len() => {
+                for (i, r) in placed.reservations.iter().enumerate() {
+                    if r.status == ReservationStatus::Held {
+                        held.push((picks[i], line_id(i)));
+                    } else {
+                        record
+                            .known
+                            .push((picks[i], r.status, c.quantity, line_id(i)));
+                    }
+                }
+                if code == 201 { "placed" } else { "replayed" }.to_owned()
+            }
+            _ => {
+                unknown = true;
+                format!("unparsable_{code}")
+            }
+        },
+        // Decided failure: the router released every line it had held, nothing of the order
+        // stays held (checked by the accounting).
+        Final::Answer { status: 409, .. } => "order_failed".to_owned(),
+        Final::Answer { status, .. } => {
+            unknown = status >= 500 || status == 422;
+            format!("http_{status}")
+        }
+        Final::GaveUp { cause } => {
+            unknown = true;
+            format!("gave_up_{cause}")
+        }
+    };
+    record.ops.push(("order", trace, label));
+    if unknown {
+        for (i, &k) in picks.iter().enumerate() {
+            record.pending.push(Tracked {
+                reservation_id: line_id(i),
+                sku_index: k,
+                quantity: c.quantity,
+            });
+        }
+    }
+    held
+}
+
+/// Confirm or release a hold. Returns its status, or `None` when unknown (learnt after the run).
+async fn transition<R: Rng + ?Sized>(
+    api: &Api,
+    op: &'static str,
+    reservation_id: &str,
+    rng: &mut R,
+    record: &mut Record,
+) -> Option<ReservationStatus> {
+    let path = format!("/v1/reservations/{}/{op}", encode_segment(reservation_id));
+    let mut trace = OpTrace::default();
+    let outcome = api.post_empty(&path, &mut trace, rng).await;
+    let (label, status) = match outcome {
+        Final::Answer { status: 200, body } => match serde_json::from_slice::<Reservation>(&body) {
+            Ok(r) => {
+                let label = match (op, r.status) {
+                    ("confirm", ReservationStatus::Confirmed) => "confirmed".to_owned(),
+                    ("release", ReservationStatus::Released) => "released".to_owned(),
+                    (_, other) => format!("ok_but_{}", other.as_str()),
+                };
+                (label, Some(r.status))
+            }
+            Err(_) => ("unparsable_200".to_owned(), None),
+        },
+        // 409 invalid-state (expired?), 404, 5xx: learn the state after the run.
+        Final::Answer { status: 409, .. } => ("invalid_state".to_owned(), None),
+        Final::Answer { status: 404, .. } => ("not_found".to_owned(), None),
+        Final::Answer { status, .. } => (format!("http_{status}"), None),
+        Final::GaveUp { cause } => (format!("gave_up_{cause}"), None),
+    };
+    record.ops.push((op, trace, label));
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_follow_the_ratios() {
+        assert_eq!(choose_action(0.0, 0.5, 0.3), Action::Confirm);
+        assert_eq!(choose_action(0.49, 0.5, 0.3), Action::Confirm);
+        assert_eq!(choose_action(0.5, 0.5, 0.3), Action::Release);
+        assert_eq!(choose_action(0.79, 0.5, 0.3), Action::Release);
+        assert_eq!(choose_action(0.8, 0.5, 0.3), Action::Leave);
+        assert_eq!(choose_action(0.99, 0.0, 0.0), Action::Leave);
+        assert_eq!(choose_action(0.99, 1.0, 0.0), Action::Confirm);
+    }
+
+    #[test]
+    fn sku_names() {
+        assert_eq!(sku_name("bench", 0), "bench-0");
+        assert_eq!(sku_name("bench", 999), "bench-999");
+    }
+
+    #[test]
+    fn records_apply_outcomes_holds_and_unknowns() {
+        let mut record = Record::default();
+        record
+            .ops
+            .push(("reserve", OpTrace::default(), "created".into()));
+        record.attempted.extend([3, 3, 4]);
+        record
+            .known
+            .push((3, ReservationStatus::Held, 2, "a".into()));
+        record
+            .known
+            .push((3, ReservationStatus::Confirmed, 2, "b".into()));
+        record.pending.push(Tracked {
+            reservation_id: "c".into(),
+            sku_index: 4,
+            quantity: 2,
+        });
+        let mut stats = WorkerStats::default();
+        record.apply(&mut stats);
+        assert_eq!(stats.iterations, 1);
+        assert_eq!(stats.tallies[&3].attempted, 2);
+        assert_eq!(stats.tallies[&3].reserved, 4);
+        assert_eq!(stats.tallies[&3].confirmed, 2);
+        assert_eq!(stats.held.len(), 1);
+        assert_eq!(stats.held[0].reservation_id, "a");
+        assert_eq!(stats.pending.len(), 1);
+        assert_eq!(stats.ops["reserve"].outcomes["created"], 1);
+    }
+}

@@ -1,0 +1,209 @@
+//! A few seconds of the load tool against a real allocator and router (private PostgreSQL from
+//! the allocator's testkit): closed loop with orders and holds that expire during the run, then
+//! open loop at a small rate. Each run must exit 0 — its invariant checks passed — and a broken
+//! row must make `loadtest check` exit 1.
+//!
+//! Needs the allocator binary (`cargo build -p allocator`); `cargo test --workspace` builds it.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use allocator::testkit::shared::fresh_database;
+use allocator::testkit::{cargo_bin, free_port, ChildProcess};
+use router::{Application, RouterConfig};
+
+const PARTITIONS: u32 = 4;
+
+/// `loadtest SUB --target ROUTER --skus 20 --prefix smoke EXTRA...`.
+fn loadtest(sub: &str, target: &str, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args([sub, "--target", target, "--skus", "20", "--prefix", "smoke"])
+        .args(extra)
+        .output()
+        .expect("run loadtest")
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("json report")).expect("parse report")
+}
+
+fn show(out: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_and_open_loop_keep_the_invariants() {
+    let allocator_bin = cargo_bin("allocator");
+    assert!(
+        allocator_bin.is_file(),
+        "{} is missing: run `cargo build -p allocator` first",
+        allocator_bin.display()
+    );
+    let db_url = fresh_database("loadtest_smoke").await.expect("database");
+    let migrate = Command::new(&allocator_bin)
+        .args(["migrate", "--database-url", &db_url, "--partitions"])
+        .arg(PARTITIONS.to_string())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run allocator migrate");
+    assert!(migrate.status.success(), "migrate: {}", show(&migrate));
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let args: Vec<String> = [
+        "serve",
+        "--database-url",
+        &db_url,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--replica-id",
+        "smoke-1",
+        "--advertise-url",
+        &url,
+        "--campaign-interval-ms",
+        "200",
+        "--expiry-interval-ms",
+        "200",
+        "--pool-size",
+        "4",
+        "--http-workers",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let log = dir.path().join("allocator.log");
+    let _allocator = ChildProcess::spawn(&allocator_bin, args, &[], &log).expect("spawn allocator");
+
+    let mut config = RouterConfig::new(db_url.clone());
+    config.listen = "127.0.0.1:0".to_owned();
+    config.workers = Some(1);
+    config.poll_interval = Duration::from_millis(200);
+    let app = Application::build(config).await.expect("build router");
+    let router_url = format!("http://127.0.0.1:{}", app.port());
+    let shutdown = app.shutdown_token();
+    let router_task = tokio::spawn(app.run_until_stopped());
+
+    // Every partition owned, as the router sees it.
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let owned = match http.get(format!("{router_url}/v1/partitions")).send().await {
+            Ok(r) => r.json::<serde_json::Value>().await.ok().is_some_and(|m| {
+                m["partitions"].as_array().is_some_and(|ps| {
+                    ps.len() == PARTITIONS as usize && ps.iter().all(|p| !p["owner_id"].is_null())
+                })
+            }),
+            Err(_) => false,
+        };
+        if owned {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partitions not owned; log {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let seed = loadtest("seed", &router_url, &["--stock", "100000"]);
+    assert!(seed.status.success(), "seed: {}", show(&seed));
+
+    // Closed loop with orders; 1 s holds, so some expire during the run and are read back.
+    let closed = dir.path().join("closed.json");
+    let out = loadtest(
+        "run",
+        &router_url,
+        &[
+            "--concurrency",
+            "4",
+            "--duration-secs",
+            "2",
+            "--skew",
+            "zipf:1.1",
+            "--order-ratio",
+            "0.2",
+            "--order-lines",
+            "2",
+            "--ttl-seconds",
+            "1",
+            "--settle-ms",
+            "1500",
+            "--progress-secs",
+            "0",
+            "--json-out",
+            closed.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "closed loop: {}", show(&out));
+    let report = json(&closed);
+    assert_eq!(report["invariants"]["ok"], true);
+    assert!(
+        report["ops"]["order"]["operations"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert!(
+        report["invariants"]["expired"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+
+    // Open loop at 40/s for 1.5 s: 60 scheduled, every one started or counted as not started.
+    let open = dir.path().join("open.json");
+    let out = loadtest(
+        "run",
+        &router_url,
+        &[
+            "--rate",
+            "40",
+            "--max-in-flight",
+            "8",
+            "--duration-secs",
+            "1.5",
+            "--confirm-ratio",
+            "0.3",
+            "--release-ratio",
+            "0.3",
+            "--progress-secs",
+            "0",
+            "--json-out",
+            open.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "open loop: {}", show(&out));
+    let report = json(&open);
+    let pacing = &report["pacing"];
+    assert_eq!(pacing["scheduled"], 60, "{report}");
+    assert_eq!(
+        pacing["started"].as_u64().unwrap() + pacing["not_started"].as_u64().unwrap(),
+        60,
+        "{report}"
+    );
+    assert_eq!(report["invariants"]["ok"], true);
+
+    // A row that no longer balances makes the check fail.
+    let (client, connection) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "ALTER TABLE inventory DROP CONSTRAINT inventory_balance;
+             UPDATE inventory SET on_hand = on_hand + 1 WHERE sku = 'smoke-0';",
+        )
+        .await
+        .expect("break a row");
+    let out = loadtest("check", &router_url, &[]);
+    assert_eq!(out.status.code(), Some(1), "check: {}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("smoke-0"));
+
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), router_task).await;
+}
