@@ -83,8 +83,10 @@ pub struct ServeConfig {
     /// wait turns it into a quick `503` for that partition instead of a stalled queue.
     #[arg(long, env = "ALLOCATOR_LOCK_TIMEOUT_MS", default_value_t = 500)]
     pub lock_timeout_ms: u64,
-    /// Concurrent group-commit transactions (each uses one pooled connection while it runs);
-    /// default: half the pool, at least 1.
+    /// Concurrent group-commit transactions (each uses one pooled connection while it runs).
+    /// Default: the number of CPUs, at most the pool size. Fewer lanes make larger groups, and
+    /// every batch statement has a fixed cost that a larger group shares; more lanes than cores
+    /// only add contention.
     #[arg(long, env = "ALLOCATOR_COMMIT_LANES")]
     pub commit_lanes: Option<usize>,
     /// Most partitions whose ready batches share one transaction; 1 turns group commit off.
@@ -122,7 +124,10 @@ impl ServeConfig {
         Duration::from_millis(self.renew_interval_ms.unwrap_or(self.lease_ttl_ms / 3))
     }
     pub fn commit_lanes(&self) -> usize {
-        self.commit_lanes.unwrap_or(self.pool_size / 2).max(1)
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        self.commit_lanes
+            .unwrap_or(cpus.min(self.pool_size))
+            .max(1)
     }
     pub fn campaign_interval(&self) -> Duration {
         Duration::from_millis(self.campaign_interval_ms)

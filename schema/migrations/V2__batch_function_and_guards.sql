@@ -79,7 +79,11 @@ RETURNS TABLE (
     o_available bigint,
     o_on_hand   bigint,
     o_detail    text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Every table access here is by key. Without this, plans cached while a table was small (a new
+-- cluster, before autovacuum's first ANALYZE) keep scanning the whole growing table per batch.
+SET enable_seqscan = off
+AS $$
 #variable_conflict use_column
 DECLARE
     n          integer := coalesce(array_length(c_op, 1), 0);
@@ -139,6 +143,8 @@ DECLARE
     e          bigint;
     q          bigint;
     cnt        integer;
+    n_new      integer;
+    res_changed boolean := false;  -- an existing reservation row changed
     rec        record;
     v_target   text;
 BEGIN
@@ -249,6 +255,7 @@ BEGIN
             r_status[j] := 'expired';
             r_epoch[j] := e;
             r_dirty[j] := true;
+            res_changed := true;
             r_expired_by[j] := coalesce(r_expired_by[j], -1);
             l_sku := l_sku || r_sku[j]; l_part := l_part || r_part[j]; l_kind := l_kind || 'expire'::text;
             l_rid := l_rid || r_id[j]; l_aid := l_aid || NULL::text;
@@ -260,22 +267,24 @@ BEGIN
     END LOOP;
 
     -- Adjustments named by the batch.
-    FOR rec IN
-        SELECT a.adjustment_id, a.sku, a.delta, a.status, a.on_hand_after, a.available_after,
-               a.partition, a.epoch
-          FROM adjustments a
-         WHERE a.adjustment_id = ANY (c_id)
-    LOOP
-        a_id := a_id || rec.adjustment_id;
-        a_sku := a_sku || rec.sku;
-        a_delta := a_delta || rec.delta;
-        a_status := a_status || rec.status;
-        a_on_hand := a_on_hand || rec.on_hand_after;
-        a_avail := a_avail || rec.available_after;
-        a_part := a_part || rec.partition;
-        a_epoch := a_epoch || rec.epoch;
-        a_new := a_new || false;
-    END LOOP;
+    IF 'adjust' = ANY (c_op) THEN
+        FOR rec IN
+            SELECT a.adjustment_id, a.sku, a.delta, a.status, a.on_hand_after, a.available_after,
+                   a.partition, a.epoch
+              FROM adjustments a
+             WHERE a.adjustment_id = ANY (c_id)
+        LOOP
+            a_id := a_id || rec.adjustment_id;
+            a_sku := a_sku || rec.sku;
+            a_delta := a_delta || rec.delta;
+            a_status := a_status || rec.status;
+            a_on_hand := a_on_hand || rec.on_hand_after;
+            a_avail := a_avail || rec.available_after;
+            a_part := a_part || rec.partition;
+            a_epoch := a_epoch || rec.epoch;
+            a_new := a_new || false;
+        END LOOP;
+    END IF;
 
     -- 5. Decide every command in arrival order, in memory.
     FOR k IN 1 .. n LOOP
@@ -365,7 +374,7 @@ BEGIN
                 l_sku := l_sku || r_sku[j]; l_part := l_part || r_part[j]; l_kind := l_kind || c_op[k];
                 l_rid := l_rid || r_id[j]; l_aid := l_aid || NULL::text;
                 l_on_hand := l_on_hand || 0::bigint; l_epoch := l_epoch || e;
-                r_status[j] := v_target; r_epoch[j] := e; r_dirty[j] := true;
+                r_status[j] := v_target; r_epoch[j] := e; r_dirty[j] := true; res_changed := true;
                 o_result := 'transitioned'; o_status := v_target; o_sku := r_sku[j]; o_quantity := q;
                 o_expires := r_exp[j]; o_epoch := e; o_partition := r_part[j];
             ELSIF (c_op[k] = 'confirm' AND r_status[j] = 'confirmed')
@@ -446,58 +455,75 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 
-    -- 6. Write: one statement per table.
-    INSERT INTO inventory (sku, partition, on_hand, available, held, confirmed, highest_epoch)
-    SELECT u.sku, u.part, u.on_hand, u.avail, u.held, u.conf,
-           ok_epoch[array_position(ok_part, u.part)]
-      FROM unnest(i_sku, i_part, i_on_hand, i_avail, i_held, i_conf, i_new)
-           AS u(sku, part, on_hand, avail, held, conf, is_new)
-     WHERE u.is_new
-    ON CONFLICT (sku) DO NOTHING;
-    GET DIAGNOSTICS cnt = ROW_COUNT;
-    IF cnt <> (SELECT count(*) FROM unnest(i_new) AS u(x) WHERE u.x) THEN
-        RAISE EXCEPTION 'sku created concurrently' USING ERRCODE = 'FA004';
+    -- 6. Write: one statement per table, each only when it has rows (every statement has a fixed
+    --    cost, and that is most of what a small batch pays).
+    n_new := coalesce(array_length(array_positions(i_new, true), 1), 0);
+    IF n_new > 0 THEN
+        INSERT INTO inventory (sku, partition, on_hand, available, held, confirmed, highest_epoch)
+        SELECT u.sku, u.part, u.on_hand, u.avail, u.held, u.conf,
+               ok_epoch[array_position(ok_part, u.part)]
+          FROM unnest(i_sku, i_part, i_on_hand, i_avail, i_held, i_conf, i_new)
+               AS u(sku, part, on_hand, avail, held, conf, is_new)
+         WHERE u.is_new
+        ON CONFLICT (sku) DO NOTHING;
+        GET DIAGNOSTICS cnt = ROW_COUNT;
+        IF cnt <> n_new THEN
+            RAISE EXCEPTION 'sku created concurrently' USING ERRCODE = 'FA004';
+        END IF;
     END IF;
 
-    UPDATE inventory AS i
-       SET on_hand = u.on_hand, available = u.avail, held = u.held, confirmed = u.conf,
-           highest_epoch = ok_epoch[array_position(ok_part, u.part)]
-      FROM unnest(i_sku, i_part, i_on_hand, i_avail, i_held, i_conf, i_new, i_dirty)
-           AS u(sku, part, on_hand, avail, held, conf, is_new, dirty)
-     WHERE i.sku = u.sku AND u.dirty AND NOT u.is_new;
-
-    INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch, ttl_seconds,
-                              request_fingerprint, available_at_refusal, expires_at)
-    SELECT u.id, u.sku, u.part, u.qty, u.status, u.epoch, u.ttl,
-           u.sku || '/' || u.qty || '/' || u.ttl, u.refusal, u.exp
-      FROM unnest(r_id, r_sku, r_part, r_qty, r_status, r_epoch, r_ttl, r_refusal, r_exp, r_new)
-           AS u(id, sku, part, qty, status, epoch, ttl, refusal, exp, is_new)
-     WHERE u.is_new
-    ON CONFLICT (reservation_id) DO NOTHING;
-    GET DIAGNOSTICS cnt = ROW_COUNT;
-    IF cnt <> (SELECT count(*) FROM unnest(r_new) AS u(x) WHERE u.x) THEN
-        RAISE EXCEPTION 'reservation id inserted concurrently' USING ERRCODE = 'FA004';
+    IF true = ANY (i_dirty) THEN
+        UPDATE inventory AS i
+           SET on_hand = u.on_hand, available = u.avail, held = u.held, confirmed = u.conf,
+               highest_epoch = ok_epoch[array_position(ok_part, u.part)]
+          FROM unnest(i_sku, i_part, i_on_hand, i_avail, i_held, i_conf, i_new, i_dirty)
+               AS u(sku, part, on_hand, avail, held, conf, is_new, dirty)
+         WHERE i.sku = u.sku AND u.dirty AND NOT u.is_new;
     END IF;
 
-    UPDATE reservations AS r
-       SET status = u.status, epoch = u.epoch, updated_at = t_now
-      FROM unnest(r_id, r_status, r_epoch, r_new, r_dirty) AS u(id, status, epoch, is_new, dirty)
-     WHERE r.reservation_id = u.id AND u.dirty AND NOT u.is_new;
-
-    INSERT INTO adjustments (adjustment_id, sku, partition, delta, status, epoch,
-                             on_hand_after, available_after)
-    SELECT u.id, u.sku, u.part, u.delta, u.status, u.epoch, u.on_hand, u.avail
-      FROM unnest(a_id, a_sku, a_part, a_delta, a_status, a_epoch, a_on_hand, a_avail, a_new)
-           AS u(id, sku, part, delta, status, epoch, on_hand, avail, is_new)
-     WHERE u.is_new
-    ON CONFLICT (adjustment_id) DO NOTHING;
-    GET DIAGNOSTICS cnt = ROW_COUNT;
-    IF cnt <> (SELECT count(*) FROM unnest(a_new) AS u(x) WHERE u.x) THEN
-        RAISE EXCEPTION 'adjustment id inserted concurrently' USING ERRCODE = 'FA004';
+    n_new := coalesce(array_length(array_positions(r_new, true), 1), 0);
+    IF n_new > 0 THEN
+        INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch,
+                                  ttl_seconds, request_fingerprint, available_at_refusal, expires_at)
+        SELECT u.id, u.sku, u.part, u.qty, u.status, u.epoch, u.ttl,
+               u.sku || '/' || u.qty || '/' || u.ttl, u.refusal, u.exp
+          FROM unnest(r_id, r_sku, r_part, r_qty, r_status, r_epoch, r_ttl, r_refusal, r_exp, r_new)
+               AS u(id, sku, part, qty, status, epoch, ttl, refusal, exp, is_new)
+         WHERE u.is_new
+        ON CONFLICT (reservation_id) DO NOTHING;
+        GET DIAGNOSTICS cnt = ROW_COUNT;
+        IF cnt <> n_new THEN
+            RAISE EXCEPTION 'reservation id inserted concurrently' USING ERRCODE = 'FA004';
+        END IF;
     END IF;
 
-    INSERT INTO ledger (sku, partition, kind, reservation_id, adjustment_id,
-                        d_on_hand, d_available, d_held, d_confirmed, epoch)
-    SELECT * FROM unnest(l_sku, l_part, l_kind, l_rid, l_aid, l_on_hand, l_avail, l_held, l_conf, l_epoch);
+    IF res_changed THEN
+        UPDATE reservations AS r
+           SET status = u.status, epoch = u.epoch, updated_at = t_now
+          FROM unnest(r_id, r_status, r_epoch, r_new, r_dirty) AS u(id, status, epoch, is_new, dirty)
+         WHERE r.reservation_id = u.id AND u.dirty AND NOT u.is_new;
+    END IF;
+
+    n_new := coalesce(array_length(array_positions(a_new, true), 1), 0);
+    IF n_new > 0 THEN
+        INSERT INTO adjustments (adjustment_id, sku, partition, delta, status, epoch,
+                                 on_hand_after, available_after)
+        SELECT u.id, u.sku, u.part, u.delta, u.status, u.epoch, u.on_hand, u.avail
+          FROM unnest(a_id, a_sku, a_part, a_delta, a_status, a_epoch, a_on_hand, a_avail, a_new)
+               AS u(id, sku, part, delta, status, epoch, on_hand, avail, is_new)
+         WHERE u.is_new
+        ON CONFLICT (adjustment_id) DO NOTHING;
+        GET DIAGNOSTICS cnt = ROW_COUNT;
+        IF cnt <> n_new THEN
+            RAISE EXCEPTION 'adjustment id inserted concurrently' USING ERRCODE = 'FA004';
+        END IF;
+    END IF;
+
+    IF array_length(l_sku, 1) > 0 THEN
+        INSERT INTO ledger (sku, partition, kind, reservation_id, adjustment_id,
+                            d_on_hand, d_available, d_held, d_confirmed, epoch)
+        SELECT * FROM unnest(l_sku, l_part, l_kind, l_rid, l_aid, l_on_hand, l_avail, l_held,
+                             l_conf, l_epoch);
+    END IF;
     RETURN;
 END $$;
