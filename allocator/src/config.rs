@@ -125,9 +125,7 @@ impl ServeConfig {
     }
     pub fn commit_lanes(&self) -> usize {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        self.commit_lanes
-            .unwrap_or(cpus.min(self.pool_size))
-            .max(1)
+        self.commit_lanes.unwrap_or(cpus.min(self.pool_size)).max(1)
     }
     pub fn campaign_interval(&self) -> Duration {
         Duration::from_millis(self.campaign_interval_ms)

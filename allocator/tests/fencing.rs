@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use allocator::db::{build_pool, PoolSettings};
-use allocator::fenced::{fenced_transaction, Command, Fence, FencedError, Outcome};
+use allocator::fenced::{
+    apply_group, fenced_transaction, Command, Fence, FencedError, Outcome, PartitionBatch,
+};
 use allocator::lease::store;
 use allocator::partition::partition_for;
 use common::*;
@@ -447,4 +449,102 @@ async fn migrations_are_idempotent_and_keep_the_partition_count() {
         .unwrap()
         .get(0);
     assert_eq!(leases, 12);
+}
+
+#[tokio::test]
+async fn a_stale_partition_is_dropped_from_a_group_without_failing_the_others() {
+    let db = migrated_database(PARTITIONS).await;
+    let pool = pool(&db);
+    let pg = client(&db).await;
+    let ttl = Duration::from_secs(30);
+    let conn = pool.get().await.unwrap();
+    let mut fences = Vec::new();
+    for partition in [4, 5] {
+        let lease = store::acquire(&**conn, partition, "owner", "http://owner", ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        fences.push(Fence {
+            partition,
+            epoch: lease.epoch,
+            replica_id: "owner".into(),
+        });
+    }
+    let skus: Vec<String> = [4, 5].iter().map(|p| sku_in(*p)).collect();
+    for (fence, sku) in fences.iter().zip(&skus) {
+        fenced_transaction(
+            &conn,
+            fence,
+            &[Command::Adjust {
+                adjustment_id: format!("seed-{sku}"),
+                sku: sku.clone(),
+                delta: 10,
+            }],
+        )
+        .await
+        .unwrap();
+    }
+    // Partition 4 is taken over by somebody else; partition 5 is still ours.
+    expire_lease_now(&pg, 4).await;
+    store::acquire(&**conn, 4, "usurper", "http://usurper", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let reserve = |id: &str, sku: &str| Command::Reserve {
+        reservation_id: id.into(),
+        sku: sku.into(),
+        quantity: 2,
+        ttl_seconds: 60,
+    };
+    let stale_cmds = [reserve("g-stale", &skus[0])];
+    let live_cmds = [reserve("g-live-1", &skus[1]), reserve("g-live-2", &skus[1])];
+    let results = apply_group(
+        &conn,
+        &[
+            PartitionBatch {
+                fence: &fences[0],
+                commands: &stale_cmds,
+            },
+            PartitionBatch {
+                fence: &fences[1],
+                commands: &live_cmds,
+            },
+        ],
+    )
+    .await
+    .expect("the group statement itself succeeds");
+    assert!(matches!(
+        results[0],
+        Err(FencedError::StaleEpoch { partition: 4, .. })
+    ));
+    let live = results[1].as_ref().expect("the live partition committed");
+    assert_eq!(live.len(), 2);
+    assert!(live
+        .iter()
+        .all(|o| matches!(o, Outcome::Reservation { created: true, .. })));
+    let held: Vec<i64> = pg
+        .query(
+            "SELECT held FROM inventory WHERE sku = ANY($1) ORDER BY partition",
+            &[&skus],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        held,
+        vec![0, 4],
+        "nothing of the stale partition was written"
+    );
+    let stale_rows: i64 = pg
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE reservation_id = 'g-stale'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stale_rows, 0);
 }
