@@ -145,6 +145,8 @@ DECLARE
     cnt        integer;
     n_new      integer;
     res_changed boolean := false;  -- an existing reservation row changed
+    sweep_part  integer[] := '{}';
+    sweep_limit bigint[] := '{}';
     rec        record;
     v_target   text;
 BEGIN
@@ -165,15 +167,39 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- 2. Reservations named by the batch, and each sweeping partition's overdue holds.
+    -- 2. Reservations named by the batch and each sweeping partition's overdue holds, in one
+    --    statement; `swept_by` names the partition whose sweep picked a row up.
+    FOR k IN 1 .. n LOOP
+        IF c_op[k] = 'expire' AND c_partition[k] = ANY (ok_part) THEN
+            sweep_part := sweep_part || c_partition[k];
+            sweep_limit := sweep_limit || c_amount[k];
+        END IF;
+    END LOOP;
     FOR rec IN
-        SELECT x.* FROM (
-            SELECT r.reservation_id, r.sku, r.partition, r.quantity, r.status, r.epoch,
-                   r.ttl_seconds, r.expires_at, r.available_at_refusal
-              FROM reservations r
-             WHERE r.reservation_id = ANY (c_id)
-               FOR UPDATE) x
+        SELECT named.*, NULL::integer AS swept_by
+          FROM (SELECT r.reservation_id, r.sku, r.partition, r.quantity, r.status, r.epoch,
+                       r.ttl_seconds, r.expires_at, r.available_at_refusal
+                  FROM reservations r
+                 WHERE r.reservation_id = ANY (c_id)
+                   FOR UPDATE) AS named
+        UNION ALL
+        SELECT due.*, sweep.part
+          FROM unnest(sweep_part, sweep_limit) AS sweep(part, lim)
+         CROSS JOIN LATERAL (
+                SELECT r.reservation_id, r.sku, r.partition, r.quantity, r.status, r.epoch,
+                       r.ttl_seconds, r.expires_at, r.available_at_refusal
+                  FROM reservations r
+                 WHERE r.partition = sweep.part AND r.status = 'held' AND r.expires_at <= t_now
+                 ORDER BY r.expires_at
+                 LIMIT sweep.lim
+                   FOR UPDATE SKIP LOCKED) AS due
     LOOP
+        j := array_position(r_id, rec.reservation_id);
+        IF j IS NOT NULL THEN
+            -- Named by the batch and due as well: the sweep counts it.
+            r_expired_by[j] := rec.swept_by;
+            CONTINUE;
+        END IF;
         r_id := r_id || rec.reservation_id;
         r_sku := r_sku || rec.sku;
         r_part := r_part || rec.partition;
@@ -185,40 +211,7 @@ BEGIN
         r_refusal := r_refusal || rec.available_at_refusal;
         r_new := r_new || false;
         r_dirty := r_dirty || false;
-        r_expired_by := r_expired_by || NULL::integer;
-    END LOOP;
-    FOR k IN 1 .. n LOOP
-        IF c_op[k] = 'expire' AND c_partition[k] = ANY (ok_part) THEN
-            FOR rec IN
-                SELECT x.* FROM (
-                    SELECT r.reservation_id, r.sku, r.partition, r.quantity, r.status, r.epoch,
-                           r.ttl_seconds, r.expires_at, r.available_at_refusal
-                      FROM reservations r
-                     WHERE r.partition = c_partition[k] AND r.status = 'held'
-                       AND r.expires_at <= t_now
-                     ORDER BY r.expires_at
-                     LIMIT c_amount[k]
-                       FOR UPDATE SKIP LOCKED) x
-            LOOP
-                j := array_position(r_id, rec.reservation_id);
-                IF j IS NULL THEN
-                    r_id := r_id || rec.reservation_id;
-                    r_sku := r_sku || rec.sku;
-                    r_part := r_part || rec.partition;
-                    r_qty := r_qty || rec.quantity;
-                    r_status := r_status || rec.status;
-                    r_epoch := r_epoch || rec.epoch;
-                    r_ttl := r_ttl || rec.ttl_seconds;
-                    r_exp := r_exp || rec.expires_at;
-                    r_refusal := r_refusal || rec.available_at_refusal;
-                    r_new := r_new || false;
-                    r_dirty := r_dirty || false;
-                    r_expired_by := r_expired_by || c_partition[k];
-                ELSE
-                    r_expired_by[j] := c_partition[k];
-                END IF;
-            END LOOP;
-        END IF;
+        r_expired_by := r_expired_by || rec.swept_by;
     END LOOP;
 
     -- 3. Lock every inventory row the batch may change, in one statement and in SKU order.
