@@ -4,7 +4,7 @@
 #   ops/test.sh                 cargo test --workspace --all-targets -- --test-threads=2
 #   ops/test.sh --lint          first cargo fmt --check and cargo clippy -D warnings (also CI=true)
 #   ops/test.sh [--lint] [cargo test args...]   replace --workspace --all-targets, e.g.
-#                                               ops/test.sh -p allocator --test fencing
+#                                               ops/test.sh -p allocator --test integration fencing
 #
 # The test run includes a few seconds of the load tool (loadtest/tests/smoke.rs: closed loop with
 # orders and expiring holds, then open loop at 40/s, against a real allocator and router on the

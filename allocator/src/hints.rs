@@ -10,8 +10,8 @@ use redis::AsyncCommands;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::assignment::{AssignmentHint, HINT_CHANNEL};
 use crate::metrics as m;
+use schema::assignment::{AssignmentHint, HINT_CHANNEL};
 
 #[derive(Clone, Debug)]
 pub struct HintPublisher {

@@ -2,12 +2,11 @@
 //!
 //! An allocator replica owns a share of the cluster's partitions through leases in PostgreSQL
 //! ([`lease`]), runs one worker per owned partition ([`worker`]) that applies reservation commands
-//! in fenced transactions ([`fenced`]), and serves the HTTP API ([`api`]). Routers and load
-//! generators use the shared pieces: the SKU hash ([`partition`]), wire types ([`wire`]) and the
-//! assignment map ([`assignment`]).
+//! in fenced transactions ([`fenced`]), and serves the HTTP API ([`api`]). What it shares with the
+//! router and the load generator (wire types, route table, partition hash, assignment map,
+//! migrations) lives in the `schema` crate.
 pub mod api;
 pub mod app;
-pub mod assignment;
 pub mod clock;
 pub mod commit;
 pub mod config;
@@ -18,11 +17,6 @@ pub mod fenced;
 pub mod hints;
 pub mod lease;
 pub mod metrics;
-pub mod partition;
 pub mod signals;
 pub mod telemetry;
-pub mod wire;
 pub mod worker;
-
-#[cfg(feature = "testkit")]
-pub mod testkit;

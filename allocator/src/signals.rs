@@ -1,5 +1,5 @@
 //! Waiting for the signals that stop a service gracefully (SIGTERM from an orchestrator, SIGINT
-//! from a terminal); shared by the allocator and router binaries.
+//! from a terminal).
 
 /// Resolves on the first SIGTERM or SIGINT.
 pub async fn wait_for_shutdown_signal() {

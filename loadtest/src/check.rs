@@ -1,6 +1,6 @@
 //! The end-of-run invariant checks (pure; the reads are in `run.rs`).
 
-use allocator::wire::Inventory;
+use schema::wire::Inventory;
 use serde::Serialize;
 
 use crate::stats::SkuTally;
@@ -172,7 +172,7 @@ pub fn shown_skus(mut checks: Vec<SkuCheck>, top: usize) -> Vec<SkuCheck> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocator::wire::ReservationStatus;
+    use schema::wire::ReservationStatus;
 
     fn counts(on_hand: i64, available: i64, held: i64, confirmed: i64) -> Counts {
         Counts {

@@ -251,20 +251,6 @@ impl Api {
     }
 }
 
-/// Percent-encode one path segment (SKUs and ids are restricted, but ids may contain anything
-/// non-control).
-pub fn encode_segment(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,8 +293,11 @@ mod tests {
 
     #[test]
     fn encodes_path_segments() {
-        assert_eq!(encode_segment("lt-1a2b-w3-17"), "lt-1a2b-w3-17");
-        assert_eq!(encode_segment("a b/c"), "a%20b%2Fc");
+        assert_eq!(
+            schema::path::encode_segment("lt-1a2b-w3-17"),
+            "lt-1a2b-w3-17"
+        );
+        assert_eq!(schema::path::encode_segment("a b/c"), "a%20b%2Fc");
     }
 
     #[test]

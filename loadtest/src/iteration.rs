@@ -5,14 +5,15 @@
 
 use std::time::Instant;
 
-use allocator::wire::{OrderLine, OrderRequest, Reservation, ReservationStatus, ReserveRequest};
 use rand::Rng;
+use schema::wire::{OrderLine, OrderRequest, Reservation, ReservationStatus, ReserveRequest};
 use serde::Deserialize;
 
-use crate::client::{encode_segment, Api, Final};
+use crate::client::{Api, Final};
 use crate::report::RunConfig;
 use crate::skew::SkuPicker;
 use crate::stats::{OpTrace, Tracked, WorkerStats};
+use schema::path::encode_segment;
 
 pub fn sku_name(prefix: &str, index: usize) -> String {
     format!("{prefix}-{index}")

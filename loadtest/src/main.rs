@@ -28,9 +28,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use allocator::wire::{limits, validate};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
+use schema::wire::{limits, validate};
 
 use crate::client::{Api, RetryPolicy};
 use crate::report::RunConfig;

@@ -7,18 +7,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use allocator::wire::{Inventory, Reservation, ReservationStatus};
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use schema::wire::{Inventory, Reservation, ReservationStatus};
 
 use crate::check::{check_sku, shown_skus, Counts, InvariantReport};
-use crate::client::{encode_segment, Api, Final};
+use crate::client::{Api, Final};
 use crate::iteration::{iterate, sku_name};
 use crate::pacer::{run_open_loop, OpenLoop};
 use crate::report::{Report, RunConfig};
 use crate::skew::SkuPicker;
 use crate::stats::{SkuTally, Tracked, WorkerStats};
+use schema::path::encode_segment;
 
 /// Holds are read back after the load when their TTL is shorter than the run plus the settle
 /// time plus this margin (the service's clock decides; this only avoids useless reads).

@@ -4,19 +4,20 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use allocator::partition::partition_for;
-use allocator::wire::AdjustmentRequest;
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use schema::partition::partition_for;
+use schema::wire::AdjustmentRequest;
 use serde::Serialize;
 
 use crate::check::{check_sku, Counts, SkuCheck};
-use crate::client::{encode_segment, Api, Final};
+use crate::client::{Api, Final};
 use crate::iteration::sku_name;
 use crate::report::fmt_counts;
 use crate::run::fetch_inventories;
 use crate::stats::{bump, OpTrace, SkuTally};
+use schema::path::encode_segment;
 
 // ------------------------------------------------------------------------------------------------
 // seed
@@ -231,7 +232,7 @@ impl CheckReport {
 }
 
 /// `sku,partition` lines for `{prefix}-0..N` in a cluster of `partitions` partitions, computed by
-/// the same function as the allocator's and the router's (`allocator::partition::partition_for`),
+/// the same function as the allocator's and the router's (`schema::partition::partition_for`),
 /// for loading SKUs straight into PostgreSQL (see `ops/bench/seed.sql`).
 pub fn partitions_csv(prefix: &str, skus: usize, partitions: u32) -> String {
     let mut out = String::with_capacity(skus * (prefix.len() + 12));

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use allocator::wire::ReservationStatus;
 use hdrhistogram::Histogram;
+use schema::wire::ReservationStatus;
 
 /// Increment `map[key]` by `by`.
 pub fn bump(map: &mut BTreeMap<String, u64>, key: &str, by: u64) {

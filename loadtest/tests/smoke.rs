@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use allocator::testkit::shared::fresh_database;
-use allocator::testkit::{cargo_bin, free_port, ChildProcess};
 use router::{Application, RouterConfig};
+use testkit::shared::fresh_database;
+use testkit::{cargo_bin, free_port, ChildProcess};
 
 const PARTITIONS: u32 = 4;
 

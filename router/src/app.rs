@@ -70,7 +70,7 @@ impl AppState {
 
     /// The partition of `sku`, by the one shared hash.
     pub fn partition_of(&self, sku: &str) -> Result<u32, RouterError> {
-        Ok(allocator::partition::partition_for(
+        Ok(schema::partition::partition_for(
             sku,
             self.partition_count()?,
         ))

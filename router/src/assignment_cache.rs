@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use allocator::wire::{PartitionAssignment, PartitionMap};
 use deadpool_postgres::Pool;
+use schema::wire::{PartitionAssignment, PartitionMap};
 use tokio::sync::Mutex;
 
 use crate::db::{self, DbError};

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use allocator::wire::PartitionMap;
 use anyhow::Context;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use schema::wire::PartitionMap;
 use tokio_postgres::NoTls;
 
 use crate::config::RouterConfig;
@@ -51,11 +51,11 @@ pub fn build_pool(config: &RouterConfig, size: usize) -> anyhow::Result<Pool> {
         .context("building the database pool")
 }
 
-/// Read the whole assignment map with [`allocator::assignment::read_map`].
+/// Read the whole assignment map with [`schema::assignment::read_map`].
 pub async fn read_map(pool: &Pool, timeout: Duration) -> Result<PartitionMap, DbError> {
     bounded(timeout, async {
         let client = pool.get().await?;
-        Ok(allocator::assignment::read_map(&**client).await?)
+        Ok(schema::assignment::read_map(&**client).await?)
     })
     .await
 }
@@ -68,7 +68,7 @@ pub async fn reservation_partition(
 ) -> Result<Option<u32>, DbError> {
     bounded(timeout, async {
         let client = pool.get().await?;
-        Ok(allocator::assignment::reservation_partition(&**client, id).await?)
+        Ok(schema::assignment::reservation_partition(&**client, id).await?)
     })
     .await
 }

@@ -7,7 +7,7 @@
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
-use allocator::wire::{problem_type, Problem, PROBLEM_CONTENT_TYPE};
+use schema::wire::{problem_type, Problem, PROBLEM_CONTENT_TYPE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouterError {

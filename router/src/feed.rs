@@ -19,9 +19,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use allocator::assignment::{AssignmentHint, HINT_CHANNEL};
 use futures::{FutureExt, StreamExt};
 use redis::aio::{PubSubSink, PubSubStream};
+use schema::assignment::{AssignmentHint, HINT_CHANNEL};
 use tokio_util::sync::CancellationToken;
 
 use crate::assignment_cache::AssignmentCache;

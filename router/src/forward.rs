@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
-use allocator::wire::{
+use schema::wire::{
     Problem, HEADER_ASSIGNMENT_REVISION, HEADER_EPOCH, HEADER_EXPECTED_EPOCH, HEADER_REPLAYED,
 };
 use serde::de::DeserializeOwned;
@@ -370,32 +370,5 @@ fn describe(failure: AttemptFailure) -> &'static str {
         AttemptFailure::ConnectFailed => "could not connect to the owner",
         AttemptFailure::Timeout => "the owner did not answer in time",
         AttemptFailure::ConnectionLost => "the connection to the owner broke",
-    }
-}
-
-/// Percent-encode one path segment (everything but RFC 3986 unreserved characters), so ids with
-/// `/`, `?`, `%` or spaces reach the allocator as the same id.
-pub fn encode_segment(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for byte in segment.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodes_reserved_characters_in_segments() {
-        assert_eq!(encode_segment("abc-1.2_3~"), "abc-1.2_3~");
-        assert_eq!(encode_segment("a/b?c#d%e f"), "a%2Fb%3Fc%23d%25e%20f");
-        assert_eq!(encode_segment("order:1:sku"), "order%3A1%3Asku");
-        assert_eq!(encode_segment("é"), "%C3%A9");
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Routers are stateless replicas in front of the allocators. For every request the router
 //! computes the SKU's partition with the one shared hash
-//! ([`allocator::partition::partition_for`]), looks the partition's owner up in its cached
+//! ([`schema::partition::partition_for`]), looks the partition's owner up in its cached
 //! assignment map and forwards the request there, carrying the assignment revision and the epoch
 //! it expects the owner to hold. It never decides anything about stock itself: PostgreSQL, via
 //! the allocator that owns the partition, is the only authority.
@@ -34,6 +34,7 @@ pub mod orders;
 pub mod poll;
 pub mod retry;
 pub mod routes;
+pub mod signals;
 pub mod telemetry;
 
 pub use app::Application;

@@ -13,7 +13,7 @@ async fn main() -> anyhow::Result<()> {
             let app = Application::build(RouterConfig::from(args)).await?;
             let shutdown = app.shutdown_token();
             tokio::spawn(async move {
-                allocator::signals::wait_for_shutdown_signal().await;
+                router::signals::wait_for_shutdown_signal().await;
                 shutdown.cancel();
             });
             app.run_until_stopped().await

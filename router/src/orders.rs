@@ -52,15 +52,16 @@
 //!
 //! The order's total time is bounded by two retry deadlines (reserve phase, then compensation).
 
-use allocator::wire::{
+use futures::StreamExt;
+use schema::wire::{
     limits, validate, OrderRequest, Problem, Reservation, ReservationStatus, ReserveRequest,
 };
-use futures::StreamExt;
 use serde::Serialize;
 
 use crate::error::RouterError;
-use crate::forward::{encode_segment, Forwarder, UpstreamRequest, UpstreamResponse};
+use crate::forward::{Forwarder, UpstreamRequest, UpstreamResponse};
 use crate::metrics;
+use schema::path::encode_segment;
 
 mod decide;
 pub mod store;
@@ -372,7 +373,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocator::wire::OrderLine;
+    use schema::wire::OrderLine;
 
     #[test]
     fn line_ids_are_deterministic_and_distinct() {

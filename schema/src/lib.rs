@@ -1,156 +1,24 @@
-//! Versioned SQL migrations for the fenced inventory allocator.
+//! The contracts of the fenced inventory allocator: everything the allocator replicas, the router
+//! and the load generator must agree on, and nothing else.
 //!
-//! Migrations live in `schema/migrations/` as `V<n>__<name>.sql`, are embedded into the binary by
-//! refinery, and are applied under a PostgreSQL advisory lock so that several replicas started at
-//! the same moment serialise instead of racing on `CREATE TABLE`.
+//! * [`migrate`]: the SQL schema (versioned migrations) and cluster initialisation.
+//! * [`wire`]: HTTP request and response bodies, headers, limits, problem types and validation.
+//! * [`routes`]: the HTTP route table both services register and the API document describes.
+//! * [`path`]: percent-encoding of one path segment, for clients that build URLs from ids.
+//! * [`partition`]: the stable SKU → partition hash and lease naming.
+//! * [`assignment`]: the partition → owner map as read from PostgreSQL, the reservation →
+//!   partition lookup, and the change hints published on Redis.
 //!
-//! [`initialise`] also fixes the cluster's partition count the first time it runs and creates one
-//! lease row per partition; later runs verify the count instead of changing it, because every
-//! inventory row stores its partition.
+//! The crate has no HTTP server, pool or Redis client in it, so a consumer that only needs the
+//! types (the load generator) does not compile the allocator's runtime.
 
-use tokio_postgres::Client;
+pub mod assignment;
+pub mod migrate;
+pub mod partition;
+pub mod path;
+pub mod routes;
+pub mod wire;
 
-mod embedded {
-    refinery::embed_migrations!("migrations");
-}
-
-/// Application-chosen advisory lock key ("FENCEDMG" as bytes); any constant shared by every
-/// replica works, it only has to be stable across releases.
-const MIGRATION_LOCK_KEY: i64 = 0x4645_4E43_4544_4D47;
-
-/// Name of the singleton settlement job lease.
-pub const SETTLEMENT_LEASE: &str = "job/settlement";
-
-/// Largest partition count the schema accepts.
-pub const MAX_PARTITIONS: u32 = 4096;
-
-#[derive(Debug, thiserror::Error)]
-pub enum SchemaError {
-    #[error("database error: {0}")]
-    Database(#[from] tokio_postgres::Error),
-    #[error("migration failed: {0}")]
-    Migration(#[from] refinery::Error),
-    #[error(
-        "cluster was initialised with {existing} partitions; refusing to change it to {requested}"
-    )]
-    PartitionCountMismatch { existing: u32, requested: u32 },
-    #[error("partition count must be between 1 and {MAX_PARTITIONS}, got {0}")]
-    InvalidPartitionCount(u32),
-    #[error("cluster is not initialised: run `allocator migrate` first")]
-    NotInitialised,
-}
-
-/// What [`initialise`] did, for the operator's log.
-#[derive(Debug, Clone)]
-pub struct MigrationReport {
-    pub applied: Vec<String>,
-    pub partition_count: u32,
-    pub created_cluster: bool,
-}
-
-/// Apply pending migrations and fix the partition count, all under one advisory lock.
-///
-/// `requested_partitions` of `None` means "whatever the cluster already has, or the default of 64
-/// for a new cluster".
-pub async fn initialise(
-    client: &mut Client,
-    requested_partitions: Option<u32>,
-) -> Result<MigrationReport, SchemaError> {
-    if let Some(p) = requested_partitions {
-        if p == 0 || p > MAX_PARTITIONS {
-            return Err(SchemaError::InvalidPartitionCount(p));
-        }
-    }
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
-        .await?;
-    let result = initialise_locked(client, requested_partitions).await;
-    // Unlock even when migrating failed; the session ending would also release it.
-    let unlock = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
-        .await;
-    let report = result?;
-    unlock?;
-    Ok(report)
-}
-
-async fn initialise_locked(
-    client: &mut Client,
-    requested_partitions: Option<u32>,
-) -> Result<MigrationReport, SchemaError> {
-    let report = embedded::migrations::runner()
-        .set_abort_divergent(true)
-        .run_async(client)
-        .await?;
-    let applied = report
-        .applied_migrations()
-        .iter()
-        .map(|m| m.to_string())
-        .collect();
-
-    let existing = read_partition_count(client).await?;
-    let (partition_count, created_cluster) = match (existing, requested_partitions) {
-        (Some(existing), Some(requested)) if existing != requested => {
-            return Err(SchemaError::PartitionCountMismatch {
-                existing,
-                requested,
-            })
-        }
-        (Some(existing), _) => (existing, false),
-        (None, requested) => {
-            let p = requested.unwrap_or(64);
-            client
-                .execute(
-                    "INSERT INTO cluster_settings (partition_count) VALUES ($1)",
-                    &[&(p as i32)],
-                )
-                .await?;
-            (p, true)
-        }
-    };
-    client
-        .execute(
-            "INSERT INTO leases (name, partition)
-             SELECT 'partition/' || g, g FROM generate_series(0, $1::int - 1) AS g
-             ON CONFLICT (name) DO NOTHING",
-            &[&(partition_count as i32)],
-        )
-        .await?;
-    client
-        .execute(
-            "INSERT INTO leases (name) VALUES ($1) ON CONFLICT (name) DO NOTHING",
-            &[&SETTLEMENT_LEASE],
-        )
-        .await?;
-    Ok(MigrationReport {
-        applied,
-        partition_count,
-        created_cluster,
-    })
-}
-
-async fn read_partition_count(client: &Client) -> Result<Option<u32>, SchemaError> {
-    let row = client
-        .query_opt("SELECT partition_count FROM cluster_settings", &[])
-        .await?;
-    Ok(row.map(|r| r.get::<_, i32>(0) as u32))
-}
-
-/// The cluster's partition count; fails when `allocator migrate` has not run yet.
-pub async fn partition_count(client: &Client) -> Result<u32, SchemaError> {
-    match client
-        .query_opt(
-            "SELECT partition_count FROM cluster_settings WHERE EXISTS \
-             (SELECT 1 FROM pg_tables WHERE tablename = 'cluster_settings')",
-            &[],
-        )
-        .await
-    {
-        Ok(Some(row)) => Ok(row.get::<_, i32>(0) as u32),
-        Ok(None) => Err(SchemaError::NotInitialised),
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
-            Err(SchemaError::NotInitialised)
-        }
-        Err(e) => Err(e.into()),
-    }
-}
+pub use migrate::{
+    initialise, partition_count, MigrationReport, SchemaError, MAX_PARTITIONS, SETTLEMENT_LEASE,
+};

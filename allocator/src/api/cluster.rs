@@ -5,7 +5,7 @@ use std::time::Duration;
 use actix_web::{web, HttpResponse};
 
 use super::{ApiError, AppState};
-use crate::assignment;
+use schema::assignment;
 
 pub async fn partitions(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let client = state.pool.get().await?;

@@ -4,8 +4,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::{ApiError, AppState};
 use crate::fenced::{Command, Outcome};
-use crate::partition::partition_for;
-use crate::wire::{validate, AdjustmentRequest, Inventory, HEADER_EPOCH, HEADER_REPLAYED};
+use schema::partition::partition_for;
+use schema::wire::{validate, AdjustmentRequest, Inventory, HEADER_EPOCH, HEADER_REPLAYED};
 
 pub async fn get(
     state: web::Data<AppState>,

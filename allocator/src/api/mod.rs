@@ -22,13 +22,13 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::assignment;
 use crate::fenced::{Command, Outcome};
 use crate::lease::ownership::{Ownership, Route};
 use crate::metrics as m;
-use crate::wire::{limits, HEADER_EXPECTED_EPOCH};
 use crate::worker::Job;
 pub use problem::ApiError;
+use schema::assignment;
+use schema::wire::{limits, HEADER_EXPECTED_EPOCH};
 
 /// Shared by every HTTP worker; built once, outside actix's per-worker factory.
 pub struct AppState {

@@ -4,8 +4,8 @@
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 
-use crate::wire::{problem_type, Problem, ReservationStatus, PROBLEM_CONTENT_TYPE};
 use crate::worker::WorkError;
+use schema::wire::{problem_type, Problem, ReservationStatus, PROBLEM_CONTENT_TYPE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -141,7 +141,7 @@ impl ResponseError for ApiError {
             response.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECONDS));
         }
         if self.replayed() {
-            response.insert_header((crate::wire::HEADER_REPLAYED, "true"));
+            response.insert_header((schema::wire::HEADER_REPLAYED, "true"));
         }
         response.body(serde_json::to_string(&self.problem()).expect("problem serialises"))
     }

@@ -3,10 +3,10 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::{ApiError, AppState};
-use crate::assignment;
 use crate::fenced::{Command, Outcome};
-use crate::partition::partition_for;
-use crate::wire::{
+use schema::assignment;
+use schema::partition::partition_for;
+use schema::wire::{
     validate, Reservation, ReservationStatus, ReserveRequest, HEADER_EPOCH, HEADER_REPLAYED,
 };
 

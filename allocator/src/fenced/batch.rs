@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 
 use super::{Command, Fence, FencedError, Outcome};
 use crate::error::SQLSTATE_CONCURRENT_ID;
-use crate::wire::{Adjustment, Reservation, ReservationStatus};
+use schema::wire::{Adjustment, Reservation, ReservationStatus};
 
 const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity, o_expires,
                             o_epoch, o_partition, o_available, o_on_hand, o_detail

@@ -30,7 +30,7 @@ mod batch;
 pub use batch::{apply_group, fenced_transaction, PartitionBatch};
 
 use crate::error::{classify, DbFailure};
-use crate::wire::{Adjustment, Reservation, ReservationStatus};
+use schema::wire::{Adjustment, Reservation, ReservationStatus};
 
 /// The authority a transaction runs under.
 #[derive(Debug, Clone)]

@@ -37,10 +37,10 @@ use tokio_util::sync::CancellationToken;
 use super::ownership::{Dropped, Ownership, WorkerHandle};
 use super::state::{LossCause, StallWatchdog};
 use super::store;
-use crate::assignment::{AssignmentHint, HintKind};
 use crate::hints::HintPublisher;
 use crate::metrics as m;
 use crate::worker::{spawn_worker, WorkerContext};
+use schema::assignment::{AssignmentHint, HintKind};
 
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(50);
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio_postgres::GenericClient;
 
-use crate::partition::lease_name;
+use schema::partition::lease_name;
 
 /// A successful acquisition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

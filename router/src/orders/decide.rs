@@ -8,7 +8,7 @@
 //! is reported as unsettled and the order answers `503` with `outcome_unknown: true`; the client's
 //! retry (same order id) reserves the line again, which settles it either way.
 
-use allocator::wire::{problem_type, Problem, Reservation, ReservationStatus};
+use schema::wire::{problem_type, Problem, Reservation, ReservationStatus};
 
 use super::{Compensation, LineOutcome, LineReport, OrderPlaced, OrderProblem, OrderResult};
 use crate::error::RouterError;

@@ -25,8 +25,8 @@
 
 use std::time::Duration;
 
-use allocator::wire::{limits, problem_type, OrderRequest, Problem};
 use deadpool_postgres::Pool;
+use schema::wire::{limits, problem_type, OrderRequest, Problem};
 use tokio_postgres::error::SqlState;
 
 use super::{OrderProblem, OrderResult};
@@ -241,7 +241,7 @@ fn unrecorded(order_id: &str, result: OrderResult) -> OrderResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocator::wire::OrderLine;
+    use schema::wire::OrderLine;
 
     #[test]
     fn an_omitted_ttl_is_the_default_one() {

@@ -2,11 +2,12 @@
 //! Adjustments are idempotent by `adjustment_id`, so they are retried like reservations.
 
 use actix_web::{web, HttpResponse};
-use allocator::wire::{validate, AdjustmentRequest};
+use schema::wire::{validate, AdjustmentRequest};
 
 use crate::app::AppState;
 use crate::error::RouterError;
-use crate::forward::{encode_segment, UpstreamRequest};
+use crate::forward::UpstreamRequest;
+use schema::path::encode_segment;
 
 pub async fn get(
     state: web::Data<AppState>,

@@ -1,6 +1,6 @@
 //! The public HTTP surface: the same paths as the allocator's API (DESIGN.md §9) plus orders.
 //!
-//! Handlers validate with [`allocator::wire::validate`] (the same rules and words as the
+//! Handlers validate with [`schema::wire::validate`] (the same rules and words as the
 //! allocator), compute the partition, and hand the request to [`crate::forward`]. Malformed JSON,
 //! unknown fields and bad path segments are answered here with a `400` problem, oversized bodies
 //! with `413` (as the allocator does); they are never forwarded and never reach a `500`.
@@ -13,7 +13,7 @@ pub mod reservations;
 
 use actix_web::error::{JsonPayloadError, PathError};
 use actix_web::{web, HttpRequest, HttpResponse};
-use allocator::wire::limits;
+use schema::wire::limits;
 
 use crate::error::RouterError;
 
@@ -115,8 +115,8 @@ pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, RouterError> {
 }
 
 async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
-    let problem = allocator::wire::Problem {
-        kind: allocator::wire::problem_type::INVALID_REQUEST.to_owned(),
+    let problem = schema::wire::Problem {
+        kind: schema::wire::problem_type::INVALID_REQUEST.to_owned(),
         title: "method not allowed".to_owned(),
         status: 405,
         detail: Some(format!("{} is not allowed on {}", req.method(), req.path())),

@@ -3,7 +3,7 @@
 use actix_web::http::header;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
-use allocator::wire::{OrderRequest, HEADER_REPLAYED, PROBLEM_CONTENT_TYPE};
+use schema::wire::{OrderRequest, HEADER_REPLAYED, PROBLEM_CONTENT_TYPE};
 
 use crate::app::AppState;
 use crate::error::{problem_response, RouterError};
@@ -30,7 +30,7 @@ pub async fn create(
         task_state
             .orders
             .submit(&task_state.forwarder, &order_id, &order, |sku| {
-                allocator::partition::partition_for(sku, partition_count)
+                schema::partition::partition_for(sku, partition_count)
             })
             .await
     })

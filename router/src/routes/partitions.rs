@@ -3,7 +3,7 @@
 //! of the read; the `X-Assignment-Revision` header repeats the map revision.
 
 use actix_web::{web, HttpResponse};
-use allocator::wire::HEADER_ASSIGNMENT_REVISION;
+use schema::wire::HEADER_ASSIGNMENT_REVISION;
 
 use crate::app::AppState;
 use crate::error::RouterError;

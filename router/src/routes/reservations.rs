@@ -2,16 +2,17 @@
 //!
 //! A new reservation is routed by its SKU. Existing reservations are addressed by id only, so the
 //! router looks their partition up in PostgreSQL
-//! ([`allocator::assignment::reservation_partition`]); an id PostgreSQL does not know is a `404`
+//! ([`schema::assignment::reservation_partition`]); an id PostgreSQL does not know is a `404`
 //! without bothering an allocator.
 
 use actix_web::{web, HttpResponse};
-use allocator::wire::{validate, ReserveRequest};
+use schema::wire::{validate, ReserveRequest};
 
 use crate::app::AppState;
 use crate::db;
 use crate::error::RouterError;
-use crate::forward::{encode_segment, UpstreamRequest};
+use crate::forward::UpstreamRequest;
+use schema::path::encode_segment;
 
 pub async fn create(
     state: web::Data<AppState>,

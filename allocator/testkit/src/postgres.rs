@@ -292,7 +292,7 @@ impl PgServer {
         format!(
             "postgres://postgres@127.0.0.1:{}/{}",
             self.port,
-            percent_encode(db)
+            schema::path::encode_segment(db)
         )
     }
 
@@ -578,19 +578,6 @@ fn server_user() -> Result<Option<(Uid, Gid)>> {
 /// Quotes an SQL identifier (database names may need it, e.g. with dashes).
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// Percent-encodes everything but RFC 3986 unreserved characters, for the URL path.
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The part of a file written after byte `offset` (this launch's share of the log).

@@ -1,13 +1,12 @@
 //! Shared helpers for the allocator's integration tests: a fresh, migrated database per test and
 //! in-process replicas with short lease timings, talked to over real HTTP.
-#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
 use allocator::app::Application;
 use allocator::config::ServeConfig;
-use allocator::testkit::shared::fresh_database;
-use allocator::wire::PartitionMap;
+use schema::wire::PartitionMap;
+use testkit::shared::fresh_database;
 use tokio_util::sync::CancellationToken;
 
 pub const PARTITIONS: u32 = 8;

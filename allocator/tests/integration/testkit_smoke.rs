@@ -1,4 +1,4 @@
-//! Smoke tests for the fault-injection harness itself (`allocator::testkit`).
+//! Smoke tests for the fault-injection harness itself (`testkit`).
 //!
 //! The harness is what every failure test relies on, so its faults must do exactly what they
 //! claim (a paused server really hangs, a stopped one really refuses connections) and it must
@@ -8,10 +8,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use allocator::testkit::{
-    cargo_bin, free_port, ChildProcess, PgServer, ProxyMode, RedisServer, TcpProxy,
-};
 use anyhow::{anyhow, Context, Result};
+use testkit::{cargo_bin, free_port, ChildProcess, PgServer, ProxyMode, RedisServer, TcpProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_postgres::{Client, NoTls};
 

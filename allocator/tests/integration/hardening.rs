@@ -3,16 +3,12 @@
 //! outside, idempotency fingerprints, overdue replays, stale router epochs and abandoned
 //! queued commands. Real PostgreSQL, real HTTP.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use allocator::partition::partition_for;
-use allocator::wire::{
-    problem_type, Problem, Reservation, ReservationStatus, HEADER_EXPECTED_EPOCH,
-};
-use common::*;
+use crate::common::*;
 use reqwest::StatusCode;
+use schema::partition::partition_for;
+use schema::wire::{problem_type, Problem, Reservation, ReservationStatus, HEADER_EXPECTED_EPOCH};
 use serde_json::json;
 
 /// A SKU that lands in `partition`, distinct per `tag`.

@@ -1,12 +1,10 @@
 //! HTTP API behaviour of one replica over real HTTP against a real PostgreSQL.
 
-mod common;
-
 use std::time::Duration;
 
-use allocator::wire::{problem_type, Problem, Reservation, ReservationStatus, HEADER_REPLAYED};
-use common::*;
+use crate::common::*;
 use reqwest::StatusCode;
+use schema::wire::{problem_type, Problem, Reservation, ReservationStatus, HEADER_REPLAYED};
 use serde_json::json;
 
 async fn single_replica() -> (TestReplica, String) {
@@ -564,7 +562,7 @@ async fn a_partition_owned_elsewhere_is_421_naming_the_owner() {
         .unwrap();
     let sku = (0..)
         .map(|i| format!("elsewhere-{i}"))
-        .find(|s| allocator::partition::partition_for(s, PARTITIONS) == theirs.partition)
+        .find(|s| schema::partition::partition_for(s, PARTITIONS) == theirs.partition)
         .unwrap();
 
     let misdirected = reserve(&a.url, "m-1", &sku, 1).await;

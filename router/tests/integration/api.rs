@@ -1,11 +1,9 @@
 //! The public API through a router in front of three real allocators: routing to the owner,
 //! pass-through of the allocator's answers, and the router's own input validation.
 
-mod common;
-
-use allocator::partition::partition_for;
-use allocator::wire::{problem_type, PartitionMap, Problem, Reservation, ReservationStatus};
-use common::{http, metric, owner_of, serial, Cluster};
+use crate::common::{http, metric, owner_of, serial, Cluster};
+use schema::partition::partition_for;
+use schema::wire::{problem_type, PartitionMap, Problem, Reservation, ReservationStatus};
 use serde_json::json;
 
 const PARTITIONS: u32 = 16;
@@ -148,7 +146,7 @@ async fn forwards_to_the_owner_and_passes_answers_through() {
         .await
         .unwrap();
     assert_eq!(response.status(), 201);
-    let encoded = router::forward::encode_segment(odd_id);
+    let encoded = schema::path::encode_segment(odd_id);
     let response = client
         .get(format!("{base}/v1/reservations/{encoded}"))
         .send()
@@ -173,7 +171,7 @@ async fn forwards_to_the_owner_and_passes_answers_through() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let inventory: allocator::wire::Inventory = response.json().await.unwrap();
+    let inventory: schema::wire::Inventory = response.json().await.unwrap();
     assert_eq!((inventory.on_hand, inventory.available), (5, 3));
     let map: PartitionMap = client
         .get(format!("{base}/v1/partitions"))
@@ -311,7 +309,7 @@ async fn refuses_bad_input_with_problems_and_never_500() {
     // Oversized body: 413, as the allocator answers.
     let big = format!(
         r#"{{"reservation_id":"{}","sku":"s","quantity":1}}"#,
-        "x".repeat(allocator::wire::limits::BODY_MAX_BYTES)
+        "x".repeat(schema::wire::limits::BODY_MAX_BYTES)
     );
     let response = client
         .post(format!("{base}/v1/reservations"))

@@ -1,15 +1,13 @@
 //! Routing correctness: every SKU reaches its partition's owner, and a stale map heals through
 //! `421` → refresh → retry with the same id.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use allocator::partition::partition_for;
-use allocator::wire::Adjustment;
-use common::{balanced, http, metric, owner_of, serial, Cluster};
+use crate::common::{balanced, http, metric, owner_of, serial, Cluster};
 use futures::StreamExt;
+use schema::partition::partition_for;
+use schema::wire::Adjustment;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,7 +48,7 @@ async fn ten_thousand_skus_route_to_their_owners() {
         .await;
     let elapsed = started.elapsed();
     let after = cluster.map().await;
-    let owners = |m: &allocator::wire::PartitionMap| -> Vec<(Option<String>, i64)> {
+    let owners = |m: &schema::wire::PartitionMap| -> Vec<(Option<String>, i64)> {
         m.partitions
             .iter()
             .map(|p| (p.owner_id.clone(), p.epoch))

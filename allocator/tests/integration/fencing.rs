@@ -2,17 +2,15 @@
 //! the new owner never touched), I5 (one holder, strictly increasing epochs) and the table-level
 //! guards that protect against any writer.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use allocator::db::{build_pool, PoolSettings};
 use allocator::fenced::{
     apply_group, fenced_transaction, Command, Fence, FencedError, Outcome, PartitionBatch,
 };
 use allocator::lease::store;
-use allocator::partition::partition_for;
-use common::*;
+use schema::partition::partition_for;
 
 fn pool(url: &str) -> deadpool_postgres::Pool {
     build_pool(
@@ -415,9 +413,7 @@ async fn tables_refuse_negative_stock_stale_epochs_and_ledger_edits() {
 
 #[tokio::test]
 async fn migrations_are_idempotent_and_keep_the_partition_count() {
-    let url = allocator::testkit::shared::fresh_database("mig")
-        .await
-        .unwrap();
+    let url = testkit::shared::fresh_database("mig").await.unwrap();
     // Several replicas migrating at once serialise on the advisory lock.
     let runs = (0..4).map(|_| {
         let url = url.clone();

@@ -2,15 +2,13 @@
 //! submitted through two routers at once. One allocator is reached through a delaying TCP proxy
 //! (it advertises the proxy's address, so every router goes through it); the other is direct.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use allocator::partition::partition_for;
-use allocator::testkit::{ProxyMode, TcpProxy};
-use allocator::wire::{PartitionMap, Reservation, ReservationStatus};
-use common::{balanced, http, owner_of, serial, Cluster};
+use crate::common::{balanced, http, owner_of, serial, Cluster};
+use schema::partition::partition_for;
+use schema::wire::{PartitionMap, Reservation, ReservationStatus};
 use serde_json::{json, Value};
+use testkit::{ProxyMode, TcpProxy};
 
 const PARTITIONS: u32 = 8;
 

@@ -1,10 +1,8 @@
 //! All-or-nothing orders through a router in front of three allocators: success, failure with
 //! compensation, retries converging, and an order "resumed" after a router died mid-way.
 
-mod common;
-
-use allocator::wire::{problem_type, Inventory, Reservation, ReservationStatus};
-use common::{http, serial, Cluster};
+use crate::common::{http, serial, Cluster};
+use schema::wire::{problem_type, Inventory, Reservation, ReservationStatus};
 use serde_json::{json, Value};
 
 async fn order(base: &str, order_id: &str, lines: Value) -> (u16, Option<String>, Value) {

@@ -8,18 +8,17 @@
 //! Tests in one binary are serialised with [`serial`]: each starts several processes on a
 //! two-core machine, and the Prometheus recorder (hence `/metrics`) is process-global, so metric
 //! deltas are only meaningful when one test runs at a time.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use allocator::testkit::shared::fresh_database;
-use allocator::testkit::{cargo_bin, free_port, ChildProcess, RedisServer, TcpProxy};
-use allocator::wire::PartitionMap;
 use router::assignment_cache::AssignmentCache;
 use router::{Application, RouterConfig};
+use schema::wire::PartitionMap;
+use testkit::shared::fresh_database;
+use testkit::{cargo_bin, free_port, ChildProcess, RedisServer, TcpProxy};
 use tokio_util::sync::CancellationToken;
 
 /// Lease TTL of the test allocators; failover takes about this plus one campaign period.
@@ -201,7 +200,7 @@ impl Cluster {
 
     /// The map as PostgreSQL has it now.
     pub async fn map(&self) -> PartitionMap {
-        allocator::assignment::read_map(&self.db().await)
+        schema::assignment::read_map(&self.db().await)
             .await
             .expect("read map")
     }
@@ -215,7 +214,7 @@ impl Cluster {
         let deadline = Instant::now() + timeout;
         let client = self.db().await;
         loop {
-            let map = allocator::assignment::read_map(&client)
+            let map = schema::assignment::read_map(&client)
                 .await
                 .expect("read map");
             if pred(&map) {

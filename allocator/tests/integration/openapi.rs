@@ -2,7 +2,7 @@
 //!
 //! * The document is OpenAPI 3.1, every `$ref` resolves, every error is `application/problem+json`
 //!   and lists the problem types it can carry.
-//! * Every problem type URI and every input limit of [`allocator::wire`] is stated, with the
+//! * Every problem type URI and every input limit of [`schema::wire`] is stated, with the
 //!   value the code enforces (the code's own declarations are read, so a new constant fails here
 //!   until it is documented).
 //! * The routes the allocator and the router register are exactly the documented ones.
@@ -11,22 +11,20 @@
 //!   route" or `405`), only with documented statuses, media types, headers and bodies, and
 //!   refuses out-of-bounds input where the document says it would.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
-use allocator::wire::{
+use crate::common::*;
+use schema::wire::{
     limits, problem_type, validate, HEADER_ASSIGNMENT_REVISION, HEADER_EPOCH, HEADER_REPLAYED,
     PROBLEM_CONTENT_TYPE,
 };
-use common::*;
 use serde_json::{json, Value};
 
-const DOCUMENT: &str = include_str!("../openapi.json");
-const WIRE_SOURCE: &str = include_str!("../src/wire.rs");
-const ALLOCATOR_ROUTES_SOURCE: &str = include_str!("../src/api/mod.rs");
-const ROUTER_ROUTES_SOURCE: &str = include_str!("../../router/src/routes/mod.rs");
-const ROUTER_ORDERS_SOURCE: &str = include_str!("../../router/src/orders.rs");
+const DOCUMENT: &str = include_str!("../../openapi.json");
+const WIRE_SOURCE: &str = include_str!("../../../schema/src/wire.rs");
+const ALLOCATOR_ROUTES_SOURCE: &str = include_str!("../../src/api/mod.rs");
+const ROUTER_ROUTES_SOURCE: &str = include_str!("../../../router/src/routes/mod.rs");
+const ROUTER_ORDERS_SOURCE: &str = include_str!("../../../router/src/orders.rs");
 
 const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
 const SERVERS: [&str; 2] = ["allocator", "router"];
@@ -636,7 +634,7 @@ fn operations_are_well_formed() {
         let routed = op
             .parameters(&doc)
             .iter()
-            .any(|p| p["name"] == allocator::wire::HEADER_EXPECTED_EPOCH);
+            .any(|p| p["name"] == schema::wire::HEADER_EXPECTED_EPOCH);
         if routed && served_by_allocator(op.op) && !(has("421") && has("503")) {
             fail(
                 op,
@@ -693,7 +691,7 @@ fn every_problem_type_is_documented() {
     }
 
     // The Problem schema documents every member the wire type can carry.
-    let all_members = serde_json::to_value(allocator::wire::Problem {
+    let all_members = serde_json::to_value(schema::wire::Problem {
         kind: problem_type::NOT_OWNER.into(),
         title: "t".into(),
         status: 421,
@@ -704,7 +702,7 @@ fn every_problem_type_is_documented() {
         epoch: Some(2),
         revision: Some(3),
         available: Some(4),
-        current_status: Some(allocator::wire::ReservationStatus::Held),
+        current_status: Some(schema::wire::ReservationStatus::Held),
         outcome_unknown: Some(false),
     })
     .expect("problem serialises");

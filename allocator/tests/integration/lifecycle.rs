@@ -2,20 +2,18 @@
 //! same replica id, a process stall shorter than the lease, and memory when nobody scrapes
 //! `/metrics`. Real processes where the fault is a process fault (SIGKILL, SIGSTOP, RSS).
 
-mod common;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use allocator::faults::PANIC_PREFIX;
-use allocator::partition::partition_for;
-use allocator::testkit::{free_port, resident_set_kib, ChildProcess};
-use allocator::wire::PartitionMap;
-use common::*;
 use reqwest::StatusCode;
+use schema::partition::partition_for;
+use schema::wire::PartitionMap;
 use serde_json::json;
+use testkit::{free_port, resident_set_kib, ChildProcess};
 
 struct Replica {
     id: String,
@@ -70,7 +68,7 @@ fn spawn_replica(db: &str, id: &str, ttl_ms: u64, campaign_ms: u64) -> Replica {
 }
 
 async fn read_map(db: &str) -> PartitionMap {
-    allocator::assignment::read_map(&client(db).await)
+    schema::assignment::read_map(&client(db).await)
         .await
         .unwrap()
 }

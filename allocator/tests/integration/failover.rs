@@ -2,18 +2,16 @@
 //! replicas; a black-holed and a stopped database. Every takeover time measured here is printed
 //! (`cargo test -- --nocapture` shows them).
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use allocator::partition::partition_for;
-use allocator::testkit::{free_port, ChildProcess, PgServer, ProxyMode, TcpProxy};
-use allocator::wire::PartitionMap;
-use common::*;
+use crate::common::*;
 use reqwest::StatusCode;
+use schema::partition::partition_for;
+use schema::wire::PartitionMap;
 use serde_json::json;
+use testkit::{free_port, ChildProcess, PgServer, ProxyMode, TcpProxy};
 
 const TTL_MS: u64 = 2000;
 const CAMPAIGN_MS: u64 = 200;
@@ -98,7 +96,7 @@ fn spawn_replica_with(
 
 async fn read_map(db: &str) -> PartitionMap {
     let pg = client(db).await;
-    allocator::assignment::read_map(&pg).await.unwrap()
+    schema::assignment::read_map(&pg).await.unwrap()
 }
 
 /// Poll the database until `pred` holds; returns how long it took.

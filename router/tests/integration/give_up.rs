@@ -2,20 +2,18 @@
 //! may have been applied (`outcome_unknown`), and a client retry with the same id converges.
 //! Also: the router starts (unready) without PostgreSQL, and the binary stops on SIGTERM.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use allocator::partition::partition_for;
-use allocator::testkit::{free_port, ChildProcess};
-use allocator::wire::{problem_type, Problem};
-use common::{http, owner_of, serial, Cluster};
+use crate::common::{http, owner_of, serial, Cluster};
+use schema::partition::partition_for;
+use schema::wire::{problem_type, Problem};
 use serde_json::json;
+use testkit::{free_port, ChildProcess};
 
 const PARTITIONS: u32 = 8;
 
 /// A SKU on a partition owned by `owner`.
-fn sku_owned_by(map: &allocator::wire::PartitionMap, owner: &str, prefix: &str) -> String {
+fn sku_owned_by(map: &schema::wire::PartitionMap, owner: &str, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
         .find(|sku| owner_of(map, partition_for(sku, PARTITIONS)).as_deref() == Some(owner))
@@ -183,7 +181,7 @@ async fn starts_unready_without_postgres_and_answers_503() {
     config.db_timeout = Duration::from_millis(300);
     config.retry_deadline = Duration::from_millis(300);
     config.workers = Some(1);
-    let router = common::TestRouter::start(config).await;
+    let router = crate::common::TestRouter::start(config).await;
     let client = http();
     let ready = client
         .get(format!("{}/readyz", router.url))
@@ -195,7 +193,7 @@ async fn starts_unready_without_postgres_and_answers_503() {
     let not_ready: Problem = ready.json().await.unwrap();
     assert_eq!(
         not_ready.kind,
-        allocator::wire::problem_type::STORAGE_UNAVAILABLE
+        schema::wire::problem_type::STORAGE_UNAVAILABLE
     );
     let health = client
         .get(format!("{}/healthz", router.url))

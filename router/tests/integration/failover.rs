@@ -1,15 +1,13 @@
 //! Faults: an allocator SIGKILLed under steady traffic, Redis down while ownership moves, and the
 //! Redis feed alone keeping the map fresh.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use allocator::partition::partition_for;
-use common::{balanced, http, metric, owner_of, serial, Cluster, LEASE_TTL_MS};
+use crate::common::{balanced, http, metric, owner_of, serial, Cluster, LEASE_TTL_MS};
+use schema::partition::partition_for;
 use serde_json::json;
 
 const PARTITIONS: u32 = 16;

@@ -1,4 +1,4 @@
-//! Test harness for fault-injection tests of the allocator and the router (feature `testkit`).
+//! Test harness for fault-injection tests of the allocator, the router and the load generator.
 //!
 //! The allocator's guarantees — fenced leases, idempotent reservations, no double allocation —
 //! only matter when something fails, so its tests must make real dependencies fail on demand:
@@ -17,8 +17,8 @@
 //! with other users of those instances. Every handle cleans up its processes and temporary files
 //! in `Drop`, including while a failing test unwinds.
 //!
-//! The harness lives in the library behind a feature (rather than in `tests/`) so that the
-//! router crate's tests can use it too.
+//! The harness is its own crate, used only as a dev-dependency, so that no service binary links
+//! it and every crate's tests share one copy.
 
 pub mod postgres;
 pub mod process;

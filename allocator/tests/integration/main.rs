@@ -1,0 +1,11 @@
+//! The allocator's integration tests, in one binary so that they link once.
+
+mod api;
+#[allow(dead_code)]
+mod common;
+mod failover;
+mod fencing;
+mod hardening;
+mod lifecycle;
+mod openapi;
+mod testkit_smoke;

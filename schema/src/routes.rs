@@ -1,0 +1,93 @@
+//! The HTTP route table.
+//!
+//! Both services register their handlers by these templates, the OpenAPI document must describe
+//! exactly these operations, and its conformance test reads this table instead of the services'
+//! source. A path added here without a handler, or a handler registered by a literal path, shows up
+//! as a failing conformance test rather than as an undocumented endpoint.
+
+/// Which service answers a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Both the router (public entry point) and every allocator replica.
+    Both,
+    /// Only the router.
+    Router,
+}
+
+/// One operation: a method on a path template with `{name}` placeholders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub served: Served,
+}
+
+const fn route(method: &'static str, path: &'static str, served: Served) -> Route {
+    Route {
+        method,
+        path,
+        served,
+    }
+}
+
+pub const RESERVE: Route = route("POST", "/v1/reservations", Served::Both);
+pub const GET_RESERVATION: Route = route("GET", "/v1/reservations/{reservation_id}", Served::Both);
+pub const CONFIRM: Route = route(
+    "POST",
+    "/v1/reservations/{reservation_id}/confirm",
+    Served::Both,
+);
+pub const RELEASE: Route = route(
+    "POST",
+    "/v1/reservations/{reservation_id}/release",
+    Served::Both,
+);
+pub const GET_INVENTORY: Route = route("GET", "/v1/inventory/{sku}", Served::Both);
+pub const ADJUST: Route = route("POST", "/v1/inventory/{sku}/adjustments", Served::Both);
+pub const RESERVE_ORDER: Route =
+    route("POST", "/v1/orders/{order_id}/reservations", Served::Router);
+pub const PARTITIONS: Route = route("GET", "/v1/partitions", Served::Both);
+pub const HEALTHZ: Route = route("GET", "/healthz", Served::Both);
+pub const READYZ: Route = route("GET", "/readyz", Served::Both);
+pub const METRICS: Route = route("GET", "/metrics", Served::Both);
+
+/// Every route, in the order the API document lists them.
+pub const ALL: &[Route] = &[
+    RESERVE,
+    GET_RESERVATION,
+    CONFIRM,
+    RELEASE,
+    GET_INVENTORY,
+    ADJUST,
+    RESERVE_ORDER,
+    PARTITIONS,
+    HEALTHZ,
+    READYZ,
+    METRICS,
+];
+
+impl Route {
+    /// Whether the allocator replica serves this route (the router serves all of them).
+    pub fn served_by_allocator(&self) -> bool {
+        self.served == Served::Both
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_listed_once() {
+        for (i, a) in ALL.iter().enumerate() {
+            for b in &ALL[i + 1..] {
+                assert!(
+                    (a.method, a.path) != (b.method, b.path),
+                    "{} {} listed twice",
+                    a.method,
+                    a.path
+                );
+            }
+        }
+    }
+}
