@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics as m;
-use schema::assignment::{AssignmentHint, HINT_CHANNEL};
+use schema::hint::{AssignmentHint, HINT_CHANNEL};
 
 #[derive(Clone, Debug)]
 pub struct HintPublisher {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use redis::aio::{PubSubSink, PubSubStream};
-use schema::assignment::{AssignmentHint, HINT_CHANNEL};
+use schema::hint::{AssignmentHint, HINT_CHANNEL};
 use tokio_util::sync::CancellationToken;
 
 use crate::assignment_cache::AssignmentCache;

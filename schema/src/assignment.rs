@@ -4,34 +4,12 @@
 //! cache) read the map with [`read_map`], so there is one query and one meaning of "owner": a
 //! holder whose lease has not expired by the database clock.
 //!
-//! Changes are announced on the Redis channel [`HINT_CHANNEL`] as [`AssignmentHint`]s. A hint is
-//! never state: a receiver re-reads the map from PostgreSQL.
+//! Changes are announced on Redis as [`crate::hint::AssignmentHint`]s; a hint is never state, a
+//! receiver re-reads the map here.
 
-use serde::{Deserialize, Serialize};
 use tokio_postgres::GenericClient;
 
 use crate::wire::{PartitionAssignment, PartitionMap};
-
-/// Redis pub/sub channel carrying assignment change hints.
-pub const HINT_CHANNEL: &str = "allocator:assignments";
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum HintKind {
-    Acquire,
-    Release,
-}
-
-/// Published by an allocator after every acquire and release commits.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct AssignmentHint {
-    pub kind: HintKind,
-    pub partition: u32,
-    pub epoch: i64,
-    /// The assignment revision the change took.
-    pub revision: i64,
-    pub owner_id: String,
-}
 
 const MAP_QUERY: &str = "
     SELECT partition, holder_id, holder_url, epoch, revision,

@@ -6,19 +6,24 @@
 //! * [`routes`]: the HTTP route table both services register and the API document describes.
 //! * [`path`]: percent-encoding of one path segment, for clients that build URLs from ids.
 //! * [`partition`]: the stable SKU → partition hash and lease naming.
-//! * [`assignment`]: the partition → owner map as read from PostgreSQL, the reservation →
-//!   partition lookup, and the change hints published on Redis.
+//! * [`assignment`]: the partition → owner map as read from PostgreSQL and the reservation →
+//!   partition lookup (feature `postgres`, like [`migrate`]).
+//! * [`hint`]: the assignment change hints published on Redis, and their channel.
 //!
 //! The crate has no HTTP server, pool or Redis client in it, so a consumer that only needs the
 //! types (the load generator) does not compile the allocator's runtime.
 
+#[cfg(feature = "postgres")]
 pub mod assignment;
+pub mod hint;
+#[cfg(feature = "postgres")]
 pub mod migrate;
 pub mod partition;
 pub mod path;
 pub mod routes;
 pub mod wire;
 
+#[cfg(feature = "postgres")]
 pub use migrate::{
     initialise, partition_count, MigrationReport, SchemaError, MAX_PARTITIONS, SETTLEMENT_LEASE,
 };

@@ -40,7 +40,7 @@ use super::store;
 use crate::hints::HintPublisher;
 use crate::metrics as m;
 use crate::worker::{spawn_worker, WorkerContext};
-use schema::assignment::{AssignmentHint, HintKind};
+use schema::hint::{AssignmentHint, HintKind};
 
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(50);
 
