@@ -6,6 +6,11 @@
 //! instead of queueing on the row lock. Before each batch it re-checks authority, and it bounds
 //! the wait by the lease's safe deadline: work never outlives the authority it started under.
 //!
+//! A worker knows its lease only through the [`PartitionAuthority`] it was started with, bound
+//! to one (partition, epoch): it can ask whether it may still write and until when, and report
+//! the tenure lost when the database refuses its epoch. It cannot see or change the ownership
+//! table, so the replica layer that spawns workers is the only one that decides who owns what.
+//!
 //! Overdue holds are swept whenever a sweep is due, whatever the queue depth: a busy partition
 //! carries the sweep as the first command of its next batch (so freed stock is available to the
 //! reserves behind it), an idle one runs it on a timer. A sweep that expired a full batch is due

@@ -6,8 +6,8 @@
 //! * [`store`] — the SQL that acquires, renews and releases leases and keeps replica heartbeats.
 //! * [`token`] — [`FenceToken`], the (partition, epoch) pair every fenced write carries.
 //!
-//! Who holds what, and the tasks that campaign and renew, live one layer up in
-//! [`replica`](crate::replica); this module knows nothing about workers or requests.
+//! Who holds what, and the tasks that campaign and renew, live one layer up, in the replica
+//! module; this module knows nothing about ownership, workers or requests.
 pub mod state;
 pub mod store;
 pub mod token;

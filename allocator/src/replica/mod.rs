@@ -9,8 +9,7 @@
 //!   dropped locally.
 //!
 //! This layer sits above [`lease`](crate::lease) (pure state and SQL) and
-//! [`worker`](crate::worker) (which it spawns), and below [`dispatch`](crate::dispatch) and the
-//! HTTP API.
+//! [`worker`](crate::worker) (which it spawns), and below request dispatch and the HTTP API.
 pub mod campaign;
 pub mod handback;
 pub mod manager;
