@@ -11,7 +11,8 @@ use crate::fenced::{Command, Outcome};
 /// One command for a partition and where its answer goes.
 pub struct Job {
     pub command: Command,
-    /// Dropped unanswered only when the worker stops; the caller reads that as "not owner".
+    /// Dropped unanswered only if the worker dies mid-batch; the caller reads that as "not
+    /// owner", because the lease is given up when a worker dies.
     pub reply: oneshot::Sender<Result<Outcome, WorkError>>,
 }
 

@@ -19,7 +19,8 @@ pub struct StockDelta {
     pub available: i64,
     /// Units promised to reservations that may still be released or expire.
     pub held: i64,
-    /// Units promised for good; only a shrink of on-hand stock cannot take them.
+    /// Units of confirmed reservations: gone for good, so no release, expiry or shrink may take
+    /// them.
     pub confirmed: i64,
 }
 
