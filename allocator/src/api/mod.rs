@@ -1,8 +1,7 @@
 //! The HTTP API (design §9) served by an allocator replica for the partitions it owns.
 //!
-//! Writes go to the owning partition's worker through [`dispatch`](crate::dispatch); a partition
-//! owned elsewhere gets `421` naming the owner the database knows, one whose lease is unconfirmed
-//! gets `503` + `Retry-After`. Reads
+//! Writes go to the owning partition's worker; a partition owned elsewhere gets `421` naming the
+//! owner the database knows, one whose lease is unconfirmed gets `503` + `Retry-After`. Reads
 //! (`GET` of a reservation or an inventory row) come straight from PostgreSQL, which is the
 //! authority, so any replica can answer them.
 
