@@ -15,9 +15,9 @@ use crate::commit::{CommitSettings, Committer};
 use crate::config::ServeConfig;
 use crate::db::{build_pool, PoolSettings};
 use crate::hints::HintPublisher;
-use crate::lease::manager::{LeaseManager, ManagerSettings};
-use crate::lease::ownership::Ownership;
 use crate::lease::state::LeaseTiming;
+use crate::replica::manager::{LeaseManager, ManagerSettings};
+use crate::replica::ownership::Ownership;
 use crate::worker::WorkerContext;
 
 pub struct Application {
@@ -94,7 +94,6 @@ impl Application {
         );
         let workers = Arc::new(WorkerContext {
             committer,
-            ownership: ownership.clone(),
             replica_id: config.replica_id.clone(),
             batch_max: config.batch_max.max(1),
             queue_capacity: config.queue_capacity.max(1),

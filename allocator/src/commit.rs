@@ -21,11 +21,13 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::fenced::{apply_group, Command, Fence, FencedError, Outcome, PartitionBatch};
+use crate::lease::FenceToken;
 use crate::metrics as m;
 
 /// One partition's batch waiting for a lane.
 #[derive(Debug)]
 pub struct Submission {
+    /// Carries the partition's tenure into the statement, where the database checks it.
     pub fence: Fence,
     pub commands: Vec<Command>,
     /// The lease's safe deadline: the transaction must not be waited for beyond it.
@@ -212,11 +214,10 @@ impl CommitError {
                 partition,
                 ours,
                 current,
-            }) => CommitError::Fenced(FencedError::StaleEpoch {
-                partition: *partition,
-                ours: *ours,
-                current: *current,
-            }),
+            }) => CommitError::Fenced(FencedError::stale(
+                FenceToken::new(*partition, *ours),
+                *current,
+            )),
             CommitError::Fenced(error) => CommitError::Unavailable {
                 reason: error.to_string(),
                 outcome_unknown: error.outcome_unknown(),

@@ -6,6 +6,11 @@
 //! instead of queueing on the row lock. Before each batch it re-checks authority, and it bounds
 //! the wait by the lease's safe deadline: work never outlives the authority it started under.
 //!
+//! A worker knows its lease only through the [`PartitionAuthority`] it was started with, bound
+//! to one (partition, epoch): it can ask whether it may still write and until when, and report
+//! the tenure lost when the database refuses its epoch. It cannot see or change the ownership
+//! table, so the replica layer that spawns workers is the only one that decides who owns what.
+//!
 //! Overdue holds are swept whenever a sweep is due, whatever the queue depth: a busy partition
 //! carries the sweep as the first command of its next batch (so freed stock is available to the
 //! reserves behind it), an idle one runs it on a timer. A sweep that expired a full batch is due
@@ -17,48 +22,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::authority::{PartitionAuthority, Withheld};
 use crate::commit::{CommitError, Committer, Submission};
 use crate::error::DbFailure;
 use crate::fenced::{Command, Fence, FencedError, Outcome};
-use crate::lease::ownership::{Ownership, WorkerHandle};
-use crate::lease::state::{Authority, LossCause};
+use crate::job::{Job, WorkError};
+use crate::lease::state::LossCause;
 use crate::metrics as m;
-
-pub struct Job {
-    pub command: Command,
-    pub reply: oneshot::Sender<Result<Outcome, WorkError>>,
-}
-
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job")
-            .field("command", &self.command)
-            .finish()
-    }
-}
-
-#[derive(Debug, Clone, thiserror::Error, PartialEq)]
-pub enum WorkError {
-    #[error("partition {partition} is not owned by this replica")]
-    NotOwner { partition: u32 },
-    /// The partition cannot serve right now. `outcome_unknown` is true when a commit may have
-    /// happened (the client must retry with the same id to learn the outcome).
-    #[error("partition {partition} unavailable: {reason}")]
-    Unavailable {
-        partition: u32,
-        reason: String,
-        outcome_unknown: bool,
-    },
-    /// The database refused the transaction for a reason other than fencing or availability
-    /// (a constraint, an unexpected error). Nothing was committed.
-    #[error("partition {partition} storage error: {reason}")]
-    Storage { partition: u32, reason: String },
-}
 
 /// What every worker shares.
 pub struct WorkerContext {
     pub committer: Committer,
-    pub ownership: Arc<Ownership>,
     pub replica_id: String,
     pub batch_max: usize,
     pub queue_capacity: usize,
@@ -66,15 +40,23 @@ pub struct WorkerContext {
     pub expiry_batch: i64,
 }
 
-pub fn spawn_worker(ctx: Arc<WorkerContext>, partition: u32, epoch: i64) -> WorkerHandle {
+/// A running partition worker, as the ownership table keeps it.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    pub sender: mpsc::Sender<Job>,
+    /// Cancelled when authority is lost: the worker aborts its in-flight transaction and answers
+    /// everything queued with "not owner".
+    pub cancel: CancellationToken,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Start the worker for the tenure `authority` speaks for.
+pub fn spawn_worker(ctx: Arc<WorkerContext>, authority: PartitionAuthority) -> WorkerHandle {
     let (sender, receiver) = mpsc::channel(ctx.queue_capacity);
     let cancel = CancellationToken::new();
     let worker = Worker {
-        fence: Fence {
-            partition,
-            epoch,
-            replica_id: ctx.replica_id.clone(),
-        },
+        fence: Fence::new(authority.token(), ctx.replica_id.clone()),
+        authority,
         ctx,
         cancel: cancel.clone(),
         solo: false,
@@ -89,6 +71,9 @@ pub fn spawn_worker(ctx: Arc<WorkerContext>, partition: u32, epoch: i64) -> Work
 
 struct Worker {
     ctx: Arc<WorkerContext>,
+    /// Asked before every transaction: authority can lapse while commands wait in the queue.
+    authority: PartitionAuthority,
+    /// What the database checks; the same tenure as `authority`, plus this replica's id.
     fence: Fence,
     cancel: CancellationToken,
     /// The previous batch failed: run the next one in a transaction of its own.
@@ -97,10 +82,10 @@ struct Worker {
 
 impl Worker {
     async fn run(mut self, mut receiver: mpsc::Receiver<Job>) {
-        let partition = self.fence.partition;
+        let partition = self.fence.token.partition;
         tracing::info!(
             partition,
-            epoch = self.fence.epoch,
+            epoch = self.fence.token.epoch,
             "partition worker started"
         );
         let mut next_sweep = Instant::now() + self.ctx.expiry_interval;
@@ -141,7 +126,7 @@ impl Worker {
         }
         tracing::info!(
             partition,
-            epoch = self.fence.epoch,
+            epoch = self.fence.token.epoch,
             "partition worker stopped"
         );
     }
@@ -165,21 +150,17 @@ impl Worker {
     }
 
     fn deadline(&self) -> Result<Instant, WorkError> {
-        match self
-            .ctx
-            .ownership
-            .authority(self.fence.partition, self.fence.epoch)
-        {
-            Authority::Granted { safe_until, .. } => Ok(safe_until),
-            Authority::Uncertain => Err(WorkError::Unavailable {
-                partition: self.fence.partition,
-                reason: "lease renewal unconfirmed".into(),
-                outcome_unknown: false,
-            }),
-            Authority::NotHeld => Err(WorkError::NotOwner {
-                partition: self.fence.partition,
-            }),
-        }
+        let partition = self.fence.token.partition;
+        self.authority
+            .write_deadline()
+            .map_err(|withheld| match withheld {
+                Withheld::Unconfirmed => WorkError::Unavailable {
+                    partition,
+                    reason: "lease renewal unconfirmed".into(),
+                    outcome_unknown: false,
+                },
+                Withheld::Lost => WorkError::NotOwner { partition },
+            })
     }
 
     /// Run `batch` (after a sweep when `sweep` is set) and answer every job. Returns how many
@@ -228,7 +209,7 @@ impl Worker {
             }
             Err(error) => {
                 if batch.is_empty() {
-                    tracing::debug!(partition = self.fence.partition, %error, "expiry sweep skipped");
+                    tracing::debug!(partition = self.fence.token.partition, %error, "expiry sweep skipped");
                 }
                 for job in batch {
                     let _ = job.reply.send(Err(error.clone()));
@@ -242,8 +223,8 @@ impl Worker {
         if count > 0 {
             metrics::counter!(m::EXPIRED_HOLDS).increment(count);
             tracing::info!(
-                partition = self.fence.partition,
-                epoch = self.fence.epoch,
+                partition = self.fence.token.partition,
+                epoch = self.fence.token.epoch,
                 count,
                 "expired overdue holds"
             );
@@ -254,7 +235,7 @@ impl Worker {
     /// One fenced statement through the group committer, bounded by the lease's safe deadline
     /// and by cancellation.
     async fn execute(&mut self, commands: Vec<Command>) -> Result<Vec<Outcome>, WorkError> {
-        let partition = self.fence.partition;
+        let partition = self.fence.token.partition;
         let deadline = self.deadline()?;
         let (reply, answer) = oneshot::channel();
         let submission = Submission {
@@ -298,14 +279,12 @@ impl Worker {
     }
 
     fn translate(&self, error: FencedError) -> WorkError {
-        let partition = self.fence.partition;
+        let partition = self.fence.token.partition;
         match error.failure() {
             DbFailure::StaleEpoch => {
                 metrics::counter!(m::STALE_EPOCH_REJECTIONS).increment(1);
-                tracing::warn!(partition, epoch = self.fence.epoch, %error, "stale epoch refused by the database");
-                self.ctx
-                    .ownership
-                    .lose(partition, self.fence.epoch, LossCause::Fenced);
+                tracing::warn!(partition, epoch = self.fence.token.epoch, %error, "stale epoch refused by the database");
+                self.authority.report_loss(LossCause::Fenced);
                 WorkError::NotOwner { partition }
             }
             DbFailure::Unavailable => WorkError::Unavailable {

@@ -19,13 +19,13 @@ use actix_web::{web, HttpRequest};
 use deadpool_postgres::Pool;
 use futures::FutureExt;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::dispatch::{dispatch, Dispatch};
 use crate::fenced::{Command, Outcome};
-use crate::lease::ownership::{Ownership, Route};
+use crate::job::WorkError;
 use crate::metrics as m;
-use crate::worker::Job;
+use crate::replica::ownership::Ownership;
 pub use problem::ApiError;
 use schema::assignment;
 use schema::wire::{limits, HEADER_EXPECTED_EPOCH};
@@ -50,48 +50,20 @@ impl AppState {
         partition: u32,
         command: Command,
     ) -> Result<(Outcome, i64), ApiError> {
-        let (epoch, sender) = match self.ownership.route(partition) {
-            Route::Owned { epoch, sender } => (epoch, sender),
-            Route::Uncertain => {
-                return Err(ApiError::PartitionUnavailable {
-                    partition,
-                    reason: "lease renewal unconfirmed".into(),
-                    outcome_unknown: false,
-                })
-            }
-            Route::NotOwned => return Err(self.not_owner(partition).await),
-        };
-        if let Some(expected) = expected_epoch(request) {
-            if expected != epoch {
-                // The router routed by another epoch than the one served here: its map is out
-                // of date. A 421 makes it refresh and retry, instead of acting on a view that
-                // may be older than ours (or newer, when this replica lost the lease unawares).
-                metrics::counter!(m::STALE_ROUTER_REQUESTS).increment(1);
-                return Err(self.not_owner(partition).await);
-            }
-        }
-        let (reply, answer) = oneshot::channel();
-        if sender.try_send(Job { command, reply }).is_err() {
-            metrics::counter!(m::QUEUE_REJECTIONS).increment(1);
-            return Err(ApiError::PartitionUnavailable {
+        let dispatched = dispatch(
+            &self.ownership,
+            Dispatch {
                 partition,
-                reason: "partition queue is full".into(),
-                outcome_unknown: false,
-            });
-        }
-        match tokio::time::timeout(self.request_timeout, answer).await {
-            Ok(Ok(Ok(outcome))) => Ok((outcome, epoch)),
-            Ok(Ok(Err(error))) => match ApiError::from(error) {
-                ApiError::NotOwner { partition, .. } => Err(self.not_owner(partition).await),
-                other => Err(other),
+                expected_epoch: expected_epoch(request),
+                command,
+                timeout: self.request_timeout,
             },
-            // The worker stopped (authority lost) before answering.
-            Ok(Err(_)) => Err(self.not_owner(partition).await),
-            Err(_) => Err(ApiError::PartitionUnavailable {
-                partition,
-                reason: "request deadline exceeded".into(),
-                outcome_unknown: true,
-            }),
+        )
+        .await;
+        match dispatched {
+            Ok((outcome, token)) => Ok((outcome, token.epoch)),
+            Err(WorkError::NotOwner { partition }) => Err(self.not_owner(partition).await),
+            Err(error) => Err(ApiError::from(error)),
         }
     }
 

@@ -4,7 +4,8 @@
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 
-use crate::worker::WorkError;
+use crate::fenced::ReadError;
+use crate::job::WorkError;
 use schema::wire::{problem_type, Problem, ReservationStatus, PROBLEM_CONTENT_TYPE};
 
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +172,17 @@ impl From<WorkError> for ApiError {
                 reason,
                 outcome_unknown: false,
             },
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::Db(error) => ApiError::from(error),
+            malformed @ ReadError::Malformed(_) => {
+                ApiError::StorageUnavailable(malformed.to_string())
+            }
         }
     }
 }

@@ -3,12 +3,9 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::{ApiError, AppState};
-use crate::fenced::{Command, Outcome};
-use schema::assignment;
+use crate::fenced::{read_reservation, Command, Outcome, ReservationRecord};
 use schema::partition::partition_for;
-use schema::wire::{
-    validate, Reservation, ReservationStatus, ReserveRequest, HEADER_EPOCH, HEADER_REPLAYED,
-};
+use schema::wire::{validate, ReserveRequest, HEADER_EPOCH, HEADER_REPLAYED};
 
 pub async fn reserve(
     state: web::Data<AppState>,
@@ -58,9 +55,10 @@ async fn transition(
     validate::id("reservation_id", &reservation_id).map_err(ApiError::InvalidRequest)?;
     let partition = {
         let client = state.pool.get().await?;
-        assignment::reservation_partition(&**client, &reservation_id).await?
+        read_reservation(&**client, &reservation_id).await?
     }
-    .ok_or_else(|| ApiError::NotFound(format!("reservation {reservation_id} does not exist")))?;
+    .ok_or_else(|| ApiError::NotFound(format!("reservation {reservation_id} does not exist")))?
+    .partition();
     let command = if confirm {
         Command::Confirm { reservation_id }
     } else {
@@ -113,40 +111,14 @@ pub async fn get(
     let reservation_id = path.into_inner();
     validate::id("reservation_id", &reservation_id).map_err(ApiError::InvalidRequest)?;
     let client = state.pool.get().await?;
-    let row = client
-        .query_opt(
-            "SELECT sku, quantity, status, epoch, expires_at, partition, available_at_refusal,
-                    status = 'held' AND expires_at <= now() AS overdue
-               FROM reservations WHERE reservation_id = $1",
-            &[&reservation_id],
-        )
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("reservation {reservation_id} does not exist"))
-        })?;
-    let status: String = row.get(2);
-    let overdue: Option<bool> = row.get(7);
-    let status = match status.as_str() {
-        "rejected" => {
-            return Err(ApiError::InsufficientStock {
-                available: row.get::<_, Option<i64>>(6).unwrap_or(0),
-                replayed: true,
-            })
-        }
-        // The sweeper may not have reached it yet; the hold is over all the same.
-        "held" if overdue == Some(true) => ReservationStatus::Expired,
-        "held" => ReservationStatus::Held,
-        "confirmed" => ReservationStatus::Confirmed,
-        "released" => ReservationStatus::Released,
-        _ => ReservationStatus::Expired,
-    };
-    Ok(HttpResponse::Ok().json(Reservation {
-        reservation_id,
-        status,
-        sku: row.get(0),
-        quantity: row.get(1),
-        epoch: row.get(3),
-        expires_at: row.get(4),
-        partition: row.get::<_, i32>(5) as u32,
-    }))
+    match read_reservation(&**client, &reservation_id).await? {
+        Some(ReservationRecord::Current(reservation)) => Ok(HttpResponse::Ok().json(reservation)),
+        Some(ReservationRecord::Refused { available, .. }) => Err(ApiError::InsufficientStock {
+            available,
+            replayed: true,
+        }),
+        None => Err(ApiError::NotFound(format!(
+            "reservation {reservation_id} does not exist"
+        ))),
+    }
 }

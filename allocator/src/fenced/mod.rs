@@ -24,147 +24,28 @@
 //!
 //! A stale epoch aborts a partition's part of the batch and surfaces as
 //! [`FencedError::StaleEpoch`], never as a partial write.
+//!
+//! The Rust side of the path, by concept:
+//!
+//! * [`command`] — the command protocol: [`Command`]s in, one [`Outcome`] each.
+//! * [`fence`] — the [`Fence`] a transaction runs under and the [`FencedError`]s it can end in.
+//! * [`driver`] — one statement per group of partition batches: encoding, retry, decoding.
+//! * [`reservations`] — the stored status mapping and the one reservation reader.
+//! * `adjustments` — decoding restocks and shrinks.
+//! * [`ledger`] — [`StockDelta`], the unit of the append-only stock ledger.
+//!
+//! Overdue holds are expired by the [`Command::ExpireDue`] command, which the partition worker
+//! schedules; the batch also expires any overdue hold it touches before acting on it.
 
-mod batch;
+mod adjustments;
+pub mod command;
+pub mod driver;
+pub mod fence;
+pub mod ledger;
+pub mod reservations;
 
-pub use batch::{apply_group, fenced_transaction, PartitionBatch};
-
-use crate::error::{classify, DbFailure};
-use schema::wire::{Adjustment, Reservation, ReservationStatus};
-
-/// The authority a transaction runs under.
-#[derive(Debug, Clone)]
-pub struct Fence {
-    pub partition: u32,
-    pub epoch: i64,
-    pub replica_id: String,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    Reserve {
-        reservation_id: String,
-        sku: String,
-        quantity: i64,
-        ttl_seconds: u32,
-    },
-    Confirm {
-        reservation_id: String,
-    },
-    Release {
-        reservation_id: String,
-    },
-    Adjust {
-        adjustment_id: String,
-        sku: String,
-        delta: i64,
-    },
-    /// Expire up to `limit` overdue holds of the partition.
-    ExpireDue {
-        limit: i64,
-    },
-}
-
-impl Command {
-    /// Metric label.
-    pub fn op(&self) -> &'static str {
-        match self {
-            Command::Reserve { .. } => "reserve",
-            Command::Confirm { .. } => "confirm",
-            Command::Release { .. } => "release",
-            Command::Adjust { .. } => "adjust",
-            Command::ExpireDue { .. } => "expire",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// A reservation in its current state; `created` for a new hold, `replayed` when an earlier
-    /// outcome of the same id (or an already-made transition) is returned.
-    Reservation {
-        reservation: Reservation,
-        created: bool,
-        replayed: bool,
-    },
-    InsufficientStock {
-        available: i64,
-        replayed: bool,
-    },
-    /// The id exists with a different payload.
-    Mismatch {
-        detail: String,
-    },
-    NotFound {
-        detail: String,
-    },
-    InvalidState {
-        current: ReservationStatus,
-    },
-    Adjusted {
-        adjustment: Adjustment,
-        replayed: bool,
-    },
-    ShrinkRefused {
-        available: i64,
-        replayed: bool,
-    },
-    Expired {
-        count: u64,
-    },
-}
-
-impl Outcome {
-    /// Metric label.
-    pub fn result(&self) -> &'static str {
-        match self {
-            Outcome::Reservation { replayed: true, .. } => "replayed",
-            Outcome::Reservation { created: true, .. } => "held",
-            Outcome::Reservation { .. } => "transitioned",
-            Outcome::InsufficientStock { .. } => "insufficient_stock",
-            Outcome::Mismatch { .. } => "mismatch",
-            Outcome::NotFound { .. } => "not_found",
-            Outcome::InvalidState { .. } => "invalid_state",
-            Outcome::Adjusted { .. } => "adjusted",
-            Outcome::ShrinkRefused { .. } => "shrink_refused",
-            Outcome::Expired { .. } => "expired",
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum FencedError {
-    /// The lease row or an inventory row names a newer epoch (or another holder, or the lease
-    /// expired): this replica must stop acting for the partition.
-    #[error("stale epoch {ours} for partition {partition} (lease epoch {current:?})")]
-    StaleEpoch {
-        partition: u32,
-        ours: i64,
-        current: Option<i64>,
-    },
-    #[error("database: {}", crate::error::describe(.0))]
-    Db(#[from] tokio_postgres::Error),
-    /// The batch function answered something this build does not understand (a schema and
-    /// binary out of step).
-    #[error("malformed batch answer: {0}")]
-    Malformed(String),
-}
-
-impl FencedError {
-    pub fn failure(&self) -> DbFailure {
-        match self {
-            FencedError::StaleEpoch { .. } => DbFailure::StaleEpoch,
-            FencedError::Db(e) => classify(e),
-            FencedError::Malformed(_) => DbFailure::Other,
-        }
-    }
-
-    /// Whether the statement may have committed: only when the connection broke before an
-    /// answer arrived. An error answered by the server means the statement rolled back.
-    pub fn outcome_unknown(&self) -> bool {
-        match self {
-            FencedError::Db(e) => e.code().is_none(),
-            _ => false,
-        }
-    }
-}
+pub use command::{Command, Outcome};
+pub use driver::{apply_group, fenced_transaction, PartitionBatch};
+pub use fence::{Fence, FencedError};
+pub use ledger::StockDelta;
+pub use reservations::{read_reservation, ReadError, ReservationRecord};

@@ -1,6 +1,15 @@
-//! Partition leases (design §5): the pure state machine, the SQL statements, this replica's
-//! ownership table, and the manager tasks that campaign, renew, watch for stalls and release.
-pub mod manager;
-pub mod ownership;
+//! Partition leases (design §5), free of everything that acts under them.
+//!
+//! * [`state`] — the per-partition state machine (`NotHeld → Active ⇄ Uncertain → NotHeld`) and
+//!   the stall watchdog. Pure: every transition is given the instant it happens at, so tests
+//!   drive it with a [`ManualClock`](crate::clock::ManualClock) instead of sleeping.
+//! * [`store`] — the SQL that acquires, renews and releases leases and keeps replica heartbeats.
+//! * [`token`] — [`FenceToken`], the (partition, epoch) pair every fenced write carries.
+//!
+//! Who holds what, and the tasks that campaign and renew, live one layer up, in the replica
+//! module; this module knows nothing about ownership, workers or requests.
 pub mod state;
 pub mod store;
+pub mod token;
+
+pub use token::FenceToken;

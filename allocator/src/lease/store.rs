@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio_postgres::GenericClient;
 
+use super::token::FenceToken;
 use schema::partition::lease_name;
 
 /// A successful acquisition.
@@ -21,6 +22,21 @@ use schema::partition::lease_name;
 pub struct Acquired {
     pub partition: u32,
     pub epoch: i64,
+    pub revision: i64,
+}
+
+impl Acquired {
+    /// The tenure this acquisition started.
+    pub fn token(&self) -> FenceToken {
+        FenceToken::new(self.partition, self.epoch)
+    }
+}
+
+/// A dropped lease that was still ours and is now given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    pub token: FenceToken,
+    /// The assignment revision of the hand-back, published so routers can order it.
     pub revision: i64,
 }
 
@@ -73,19 +89,19 @@ pub async fn acquire<C: GenericClient>(
     }))
 }
 
-/// Renew every given (partition, epoch) still held by this replica and unexpired; returns the
+/// Renew every given lease still held by this replica at its epoch and unexpired; returns the
 /// partitions that were renewed. A partition missing from the answer is lost.
 pub async fn renew<C: GenericClient>(
     client: &C,
     replica_id: &str,
-    held: &[(u32, i64)],
+    held: &[FenceToken],
     ttl: Duration,
 ) -> Result<Vec<u32>, tokio_postgres::Error> {
     if held.is_empty() {
         return Ok(Vec::new());
     }
-    let names: Vec<String> = held.iter().map(|(p, _)| lease_name(*p)).collect();
-    let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
+    let names: Vec<String> = held.iter().map(|t| lease_name(t.partition)).collect();
+    let epochs: Vec<i64> = held.iter().map(|t| t.epoch).collect();
     let rows = client
         .query(
             // A plain non-key UPDATE: it never waits for the FOR KEY SHARE fences of in-flight
@@ -113,9 +129,8 @@ pub async fn renew<C: GenericClient>(
 /// when the lease was no longer ours.
 pub async fn release<C: GenericClient>(
     client: &C,
-    partition: u32,
+    lease: FenceToken,
     replica_id: &str,
-    epoch: i64,
 ) -> Result<Option<i64>, tokio_postgres::Error> {
     let row = client
         .query_opt(
@@ -124,24 +139,24 @@ pub async fn release<C: GenericClient>(
                     revision = nextval('assignment_revision'), transitions = transitions + 1
               WHERE name = $1 AND holder_id = $2 AND epoch = $3
           RETURNING revision",
-            &[&lease_name(partition), &replica_id, &epoch],
+            &[&lease_name(lease.partition), &replica_id, &lease.epoch],
         )
         .await?;
     Ok(row.map(|r| r.get(0)))
 }
 
 /// Give back several leases this replica dropped; each conditional on holder and epoch, in one
-/// statement. Returns `(partition, epoch, new revision)` for each lease that was still ours.
+/// statement. Returns each lease that was still ours, with the revision of its hand-back.
 pub async fn release_dropped<C: GenericClient>(
     client: &C,
     replica_id: &str,
-    dropped: &[(u32, i64)],
-) -> Result<Vec<(u32, i64, i64)>, tokio_postgres::Error> {
+    dropped: &[FenceToken],
+) -> Result<Vec<Released>, tokio_postgres::Error> {
     if dropped.is_empty() {
         return Ok(Vec::new());
     }
-    let names: Vec<String> = dropped.iter().map(|(p, _)| lease_name(*p)).collect();
-    let epochs: Vec<i64> = dropped.iter().map(|(_, e)| *e).collect();
+    let names: Vec<String> = dropped.iter().map(|t| lease_name(t.partition)).collect();
+    let epochs: Vec<i64> = dropped.iter().map(|t| t.epoch).collect();
     let rows = client
         .query(
             "UPDATE leases AS l
@@ -155,7 +170,10 @@ pub async fn release_dropped<C: GenericClient>(
         .await?;
     Ok(rows
         .iter()
-        .map(|r| (r.get::<_, i32>(0) as u32, r.get(1), r.get(2)))
+        .map(|r| Released {
+            token: FenceToken::new(r.get::<_, i32>(0) as u32, r.get(1)),
+            revision: r.get(2),
+        })
         .collect())
 }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::common::*;
+use allocator::fenced::StockDelta;
 use reqwest::StatusCode;
 use schema::wire::{problem_type, Problem, Reservation, ReservationStatus, HEADER_REPLAYED};
 use serde_json::json;
@@ -131,7 +132,16 @@ async fn reserve_replay_confirm_release_lifecycle() {
 
     let pg = client(&db).await;
     let (row, ledger) = ledger_balance(&pg, "widget").await;
-    assert_eq!(row, [10, 7, 0, 3], "on_hand, available, held, confirmed");
+    assert_eq!(
+        row,
+        StockDelta {
+            on_hand: 10,
+            available: 7,
+            held: 0,
+            confirmed: 3
+        },
+        "on_hand, available, held, confirmed"
+    );
     assert_eq!(row, ledger, "the ledger sums to the row");
     replica.stop().await;
 }
@@ -368,7 +378,15 @@ async fn adjustments_are_fenced_idempotent_and_refuse_shrinking_held_stock() {
 
     let pg = client(&db).await;
     let (row, ledger) = ledger_balance(&pg, "bolt").await;
-    assert_eq!(row, [8, 0, 8, 0]);
+    assert_eq!(
+        row,
+        StockDelta {
+            on_hand: 8,
+            available: 0,
+            held: 8,
+            confirmed: 0
+        }
+    );
     assert_eq!(row, ledger);
     replica.stop().await;
 }
@@ -410,7 +428,12 @@ async fn overdue_holds_expire_and_return_stock() {
     let (row, ledger) = ledger_balance(&pg, "melon").await;
     assert_eq!(
         row,
-        [4, 3, 1, 0],
+        StockDelta {
+            on_hand: 4,
+            available: 3,
+            held: 1,
+            confirmed: 0
+        },
         "the expired hold's stock is available again"
     );
     assert_eq!(row, ledger);
@@ -463,7 +486,15 @@ async fn two_hundred_concurrent_reserves_on_fifty_units_hold_exactly_fifty() {
 
     let pg = client(&db).await;
     let (row, ledger) = ledger_balance(&pg, "hot").await;
-    assert_eq!(row, [50, 0, 50, 0]);
+    assert_eq!(
+        row,
+        StockDelta {
+            on_hand: 50,
+            available: 0,
+            held: 50,
+            confirmed: 0
+        }
+    );
     assert_eq!(row, ledger);
     let counts = pg
         .query_one(

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use allocator::app::Application;
 use allocator::config::ServeConfig;
+use allocator::fenced::StockDelta;
 use schema::wire::PartitionMap;
 use testkit::shared::fresh_database;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +49,7 @@ pub struct TestReplica {
     pub url: String,
     pub replica_id: String,
     pub shutdown: CancellationToken,
-    pub ownership: std::sync::Arc<allocator::lease::ownership::Ownership>,
+    pub ownership: std::sync::Arc<allocator::replica::ownership::Ownership>,
     pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -167,7 +168,10 @@ pub async fn wait_owns_all(replica: &TestReplica) {
 }
 
 /// Sum of ledger deltas per column vs the inventory row; (row, ledger) for assertions.
-pub async fn ledger_balance(client: &tokio_postgres::Client, sku: &str) -> ([i64; 4], [i64; 4]) {
+pub async fn ledger_balance(
+    client: &tokio_postgres::Client,
+    sku: &str,
+) -> (StockDelta, StockDelta) {
     let row = client
         .query_one(
             "SELECT on_hand, available, held, confirmed FROM inventory WHERE sku = $1",
@@ -185,7 +189,17 @@ pub async fn ledger_balance(client: &tokio_postgres::Client, sku: &str) -> ([i64
         .await
         .expect("ledger sums");
     (
-        [row.get(0), row.get(1), row.get(2), row.get(3)],
-        [sums.get(0), sums.get(1), sums.get(2), sums.get(3)],
+        StockDelta {
+            on_hand: row.get(0),
+            available: row.get(1),
+            held: row.get(2),
+            confirmed: row.get(3),
+        },
+        StockDelta {
+            on_hand: sums.get(0),
+            available: sums.get(1),
+            held: sums.get(2),
+            confirmed: sums.get(3),
+        },
     )
 }

@@ -455,7 +455,10 @@ async fn database_blackhole_and_stop_make_partitions_unavailable_then_recover() 
         .await
         .unwrap()
         .get(0);
-    assert_eq!(row[2], holds, "every held unit has exactly one reservation");
+    assert_eq!(
+        row.held, holds,
+        "every held unit has exactly one reservation"
+    );
     replica.stop().await;
 }
 

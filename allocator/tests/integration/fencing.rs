@@ -9,7 +9,7 @@ use allocator::db::{build_pool, PoolSettings};
 use allocator::fenced::{
     apply_group, fenced_transaction, Command, Fence, FencedError, Outcome, PartitionBatch,
 };
-use allocator::lease::store;
+use allocator::lease::{store, FenceToken};
 use schema::partition::partition_for;
 
 fn pool(url: &str) -> deadpool_postgres::Pool {
@@ -64,8 +64,7 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
     .unwrap()
     .expect("old acquires");
     let old_fence = Fence {
-        partition,
-        epoch: old.epoch,
+        token: FenceToken::new(partition, old.epoch),
         replica_id: "old".into(),
     };
     let conn = pool.get().await.unwrap();
@@ -147,8 +146,7 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
 
     // The new owner writes fine.
     let new_fence = Fence {
-        partition,
-        epoch: new.epoch,
+        token: FenceToken::new(partition, new.epoch),
         replica_id: "new".into(),
     };
     let ok = fenced_transaction(
@@ -261,7 +259,7 @@ async fn only_one_of_many_concurrent_acquirers_wins_and_epochs_increase() {
     // Renewal needs holder and epoch; another replica's renewal is refused.
     let c = pool.get().await.unwrap();
     assert_eq!(
-        store::renew(&**c, "intruder", &[(0, first.epoch)], ttl)
+        store::renew(&**c, "intruder", &[first.token()], ttl)
             .await
             .unwrap(),
         Vec::<u32>::new()
@@ -273,11 +271,11 @@ async fn only_one_of_many_concurrent_acquirers_wins_and_epochs_increase() {
         .await
         .unwrap()
         .get(0);
-    assert!(store::release(&**c, 0, "intruder", first.epoch)
+    assert!(store::release(&**c, first.token(), "intruder")
         .await
         .unwrap()
         .is_none());
-    assert!(store::release(&**c, 0, &owner, first.epoch)
+    assert!(store::release(&**c, first.token(), &owner)
         .await
         .unwrap()
         .is_some());
@@ -319,8 +317,7 @@ async fn tables_refuse_negative_stock_stale_epochs_and_ledger_edits() {
     .unwrap()
     .unwrap();
     let fence = Fence {
-        partition,
-        epoch: lease.epoch,
+        token: FenceToken::new(partition, lease.epoch),
         replica_id: "o".into(),
     };
     let conn = pool.get().await.unwrap();
@@ -461,8 +458,7 @@ async fn a_stale_partition_is_dropped_from_a_group_without_failing_the_others() 
             .unwrap()
             .unwrap();
         fences.push(Fence {
-            partition,
-            epoch: lease.epoch,
+            token: FenceToken::new(partition, lease.epoch),
             replica_id: "owner".into(),
         });
     }

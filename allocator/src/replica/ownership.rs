@@ -1,10 +1,10 @@
 //! This replica's view of which partitions it may act for, shared by the lease manager, the
-//! partition workers and the HTTP handlers.
+//! dispatcher and (through [`PartitionAuthority`] handles) the partition workers.
 //!
 //! One slot per partition holds the [`LeaseState`] and, while the lease is held, the handle of
-//! the partition's worker. Handlers ask [`Ownership::route`] before queuing work; workers ask
-//! [`Ownership::authority`] again before every transaction, because authority can lapse while a
-//! command waits in the queue.
+//! the partition's worker. The dispatcher asks [`Ownership::route`] before queuing work; workers
+//! ask their authority handle again before every transaction, because authority can lapse while
+//! a command waits in the queue.
 //!
 //! Every loss is also reported on a feed ([`Ownership::take_loss_feed`]): dropping authority is
 //! local and immediate, but the database keeps naming this replica until the lease expires, so
@@ -12,25 +12,17 @@
 //! routers need not wait for the expiry.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
-use tokio_util::sync::CancellationToken;
 
-use super::state::{Authority, LeaseState, LeaseTiming, LossCause};
+use crate::authority::{AuthoritySource, PartitionAuthority};
 use crate::clock::Clock;
+use crate::job::Job;
+use crate::lease::state::{Authority, LeaseState, LeaseTiming, LossCause};
+use crate::lease::FenceToken;
 use crate::metrics as m;
-use crate::worker::Job;
-
-/// A running partition worker.
-#[derive(Debug)]
-pub struct WorkerHandle {
-    pub sender: mpsc::Sender<Job>,
-    /// Cancelled when authority is lost: the worker aborts its in-flight transaction and answers
-    /// everything queued with "not owner".
-    pub cancel: CancellationToken,
-    pub task: tokio::task::JoinHandle<()>,
-}
+use crate::worker::WorkerHandle;
 
 #[derive(Debug)]
 struct Slot {
@@ -42,7 +34,7 @@ struct Slot {
 #[derive(Debug, Clone)]
 pub enum Route {
     Owned {
-        epoch: i64,
+        token: FenceToken,
         sender: mpsc::Sender<Job>,
     },
     Uncertain,
@@ -52,8 +44,7 @@ pub enum Route {
 /// A lease whose authority this replica dropped; the database may still name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dropped {
-    pub partition: u32,
-    pub epoch: i64,
+    pub token: FenceToken,
     pub cause: LossCause,
 }
 
@@ -118,7 +109,7 @@ impl Ownership {
         let slot = self.slot(partition);
         match (slot.state.authority(now), &slot.worker) {
             (Authority::Granted { epoch, .. }, Some(worker)) => Route::Owned {
-                epoch,
+                token: FenceToken::new(partition, epoch),
                 sender: worker.sender.clone(),
             },
             (Authority::NotHeld, _) => Route::NotOwned,
@@ -134,62 +125,69 @@ impl Ownership {
         }
     }
 
-    /// Authority for `partition` at `epoch` right now; a worker calls this before each batch.
-    pub fn authority(&self, partition: u32, epoch: i64) -> Authority {
+    /// Authority for `token`'s partition right now, for `token`'s epoch only.
+    pub fn authority(&self, token: FenceToken) -> Authority {
         let now = self.clock.now();
-        match self.slot(partition).state.authority(now) {
-            Authority::Granted { epoch: held, .. } if held != epoch => Authority::NotHeld,
+        match self.slot(token.partition).state.authority(now) {
+            Authority::Granted { epoch: held, .. } if held != token.epoch => Authority::NotHeld,
             other => other,
         }
     }
 
-    /// Record a fresh acquisition and the worker serving it.
-    pub fn install(&self, partition: u32, t0: Instant, epoch: i64, worker: WorkerHandle) {
-        let mut slot = self.slot(partition);
+    /// The handle a worker for `token` gets: it can ask about that tenure and give it up, and
+    /// nothing else.
+    pub fn authority_handle(self: &Arc<Self>, token: FenceToken) -> PartitionAuthority {
+        PartitionAuthority::new(token, self.clone())
+    }
+
+    /// Record a fresh acquisition (requested at `t0`) and the worker serving it.
+    pub fn install(&self, token: FenceToken, t0: Instant, worker: WorkerHandle) {
+        let mut slot = self.slot(token.partition);
         if let Some(old) = slot.worker.take() {
             old.cancel.cancel();
         }
-        slot.state = LeaseState::on_acquired(&self.timing, t0, epoch);
+        slot.state = LeaseState::on_acquired(&self.timing, t0, token.epoch);
         slot.worker = Some(worker);
         metrics::counter!(m::LEASE_ACQUISITIONS).increment(1);
-        metrics::gauge!(m::PARTITION_EPOCH, "partition" => partition.to_string()).set(epoch as f64);
+        metrics::gauge!(m::PARTITION_EPOCH, "partition" => token.partition.to_string())
+            .set(token.epoch as f64);
     }
 
-    /// Every (partition, epoch) this replica currently holds or is unsure about.
-    pub fn held(&self) -> Vec<(u32, i64)> {
+    /// Every tenure this replica currently holds or is unsure about.
+    pub fn held(&self) -> Vec<FenceToken> {
         (0..self.partition_count())
-            .filter_map(|p| self.slot(p).state.epoch().map(|e| (p, e)))
+            .filter_map(|p| self.slot(p).state.epoch().map(|e| FenceToken::new(p, e)))
             .collect()
     }
 
-    /// Apply a renewal sent at `t0` that the database confirmed for `partition` at `epoch`.
-    pub fn renewed(&self, partition: u32, epoch: i64, t0: Instant) {
+    /// Apply a renewal of `token` sent at `t0` that the database confirmed.
+    pub fn renewed(&self, token: FenceToken, t0: Instant) {
         let now = self.clock.now();
-        let mut slot = self.slot(partition);
-        if slot.state.epoch() == Some(epoch) {
+        let mut slot = self.slot(token.partition);
+        if slot.state.epoch() == Some(token.epoch) {
             let next = slot.state.on_renewed(&self.timing, t0, now);
             if next == LeaseState::NotHeld {
                 drop(slot);
-                self.lose(partition, epoch, LossCause::Deadline);
+                self.lose(token, LossCause::Deadline);
             } else {
                 slot.state = next;
             }
         }
     }
 
-    /// A renewal of `partition` at `epoch` failed or its outcome is unknown.
-    pub fn renew_failed(&self, partition: u32, epoch: i64) {
-        let mut slot = self.slot(partition);
-        if slot.state.epoch() == Some(epoch) {
+    /// A renewal of `token` failed or its outcome is unknown.
+    pub fn renew_failed(&self, token: FenceToken) {
+        let mut slot = self.slot(token.partition);
+        if slot.state.epoch() == Some(token.epoch) {
             slot.state = slot.state.on_renew_failed();
         }
     }
 
-    /// Drop authority for `partition` if it is still held at `epoch`; returns the worker so the
-    /// caller may wait for it to drain.
-    pub fn lose(&self, partition: u32, epoch: i64, cause: LossCause) -> Option<WorkerHandle> {
-        let mut slot = self.slot(partition);
-        if slot.state.epoch() != Some(epoch) {
+    /// Drop authority for `token`'s partition if it is still held at `token`'s epoch; returns
+    /// the worker so the caller may wait for it to drain.
+    pub fn lose(&self, token: FenceToken, cause: LossCause) -> Option<WorkerHandle> {
+        let mut slot = self.slot(token.partition);
+        if slot.state.epoch() != Some(token.epoch) {
             return None;
         }
         slot.state = LeaseState::NotHeld;
@@ -199,22 +197,18 @@ impl Ownership {
         }
         metrics::counter!(m::LEASE_LOSSES, "cause" => cause.as_str()).increment(1);
         tracing::warn!(
-            partition,
-            epoch,
+            partition = token.partition,
+            epoch = token.epoch,
             cause = cause.as_str(),
             "lease lost, authority dropped"
         );
-        let _ = self.losses.send(Dropped {
-            partition,
-            epoch,
-            cause,
-        });
+        let _ = self.losses.send(Dropped { token, cause });
         worker
     }
 
     /// Stop acting for `partition` on purpose (hand-off or shutdown): like a loss, but counted as
     /// a release by the caller.
-    pub fn relinquish(&self, partition: u32) -> Option<(i64, Option<WorkerHandle>)> {
+    pub fn relinquish(&self, partition: u32) -> Option<(FenceToken, Option<WorkerHandle>)> {
         let mut slot = self.slot(partition);
         let epoch = slot.state.epoch()?;
         slot.state = LeaseState::NotHeld;
@@ -222,14 +216,14 @@ impl Ownership {
         if let Some(w) = &worker {
             w.cancel.cancel();
         }
-        Some((epoch, worker))
+        Some((FenceToken::new(partition, epoch), worker))
     }
 
     /// Watchdog tick: drop every lease whose safe deadline passed; returns the min remaining
     /// time over held leases (for the metric).
-    pub fn expire_deadlines(&self) -> Option<std::time::Duration> {
+    pub fn expire_deadlines(&self) -> Option<Duration> {
         let now = self.clock.now();
-        let mut min_remaining: Option<std::time::Duration> = None;
+        let mut min_remaining: Option<Duration> = None;
         let mut lapsed = Vec::new();
         for p in 0..self.partition_count() {
             let slot = self.slot(p);
@@ -245,7 +239,7 @@ impl Ownership {
         }
         for (partition, epoch, cause) in lapsed {
             if let Some(epoch) = epoch {
-                self.lose(partition, epoch, cause);
+                self.lose(FenceToken::new(partition, epoch), cause);
             }
         }
         min_remaining
@@ -253,8 +247,19 @@ impl Ownership {
 
     /// The process stalled: nothing it believed about its leases can be trusted any more.
     pub fn lose_all(&self, cause: LossCause) {
-        for (partition, epoch) in self.held() {
-            self.lose(partition, epoch, cause);
+        for token in self.held() {
+            self.lose(token, cause);
         }
+    }
+}
+
+impl AuthoritySource for Ownership {
+    fn authority(&self, token: FenceToken) -> Authority {
+        Ownership::authority(self, token)
+    }
+
+    fn report_loss(&self, token: FenceToken, cause: LossCause) {
+        // The worker reporting is the one being dropped; it drains on its own cancellation.
+        let _ = self.lose(token, cause);
     }
 }

@@ -1,13 +1,16 @@
-//! Encoding a group of partition batches as the arrays `apply_fenced_batch` takes, and decoding
-//! its one-row-per-command answer back into [`Outcome`]s.
+//! The transaction driver: encoding a group of partition batches as the arrays
+//! `apply_fenced_batch` takes, running it as one statement, and decoding its one-row-per-command
+//! answer back into [`Outcome`]s.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::Row;
 
-use super::{Command, Fence, FencedError, Outcome};
+use super::adjustments::adjustment_from_answer;
+use super::command::{Command, Outcome};
+use super::fence::{malformed, Fence, FencedError};
+use super::reservations::{reservation_from_answer, status_from_stored};
 use crate::error::SQLSTATE_CONCURRENT_ID;
-use schema::wire::{Adjustment, Reservation, ReservationStatus};
 
 const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity, o_expires,
                             o_epoch, o_partition, o_available, o_on_hand, o_detail
@@ -24,8 +27,8 @@ pub struct PartitionBatch<'a> {
     pub commands: &'a [Command],
 }
 
-/// Run `commands` for `fence.partition` as one fenced statement; one outcome per command, in
-/// order. Either all effects commit under a still-valid epoch or none does.
+/// Run `commands` for `fence.token.partition` as one fenced statement; one outcome per command,
+/// in order. Either all effects commit under a still-valid epoch or none does.
 pub async fn fenced_transaction(
     client: &ClientWrapper,
     fence: &Fence,
@@ -108,9 +111,9 @@ impl<'a> Arrays<'a> {
             ..Default::default()
         };
         for batch in group {
-            let partition = batch.fence.partition as i32;
+            let partition = batch.fence.token.partition as i32;
             a.fence_partitions.push(partition);
-            a.fence_epochs.push(batch.fence.epoch);
+            a.fence_epochs.push(batch.fence.token.epoch);
             for command in batch.commands {
                 let (id, sku, amount, ttl) = match command {
                     Command::Reserve {
@@ -146,12 +149,54 @@ impl<'a> Arrays<'a> {
     }
 }
 
+/// One row of the batch function's answer, by column name; which columns are set depends on
+/// the result (see the comment on `apply_fenced_batch` in the migration).
+pub(super) struct AnswerRow<'a>(&'a Row);
+
+impl AnswerRow<'_> {
+    fn result(&self) -> String {
+        self.0.get(1)
+    }
+    fn replayed(&self) -> bool {
+        self.0.get(2)
+    }
+    pub(super) fn status(&self) -> String {
+        self.0.get(3)
+    }
+    pub(super) fn sku(&self) -> String {
+        self.0.get(4)
+    }
+    /// A reservation's quantity, an adjustment's delta, or a sweep's count.
+    pub(super) fn quantity(&self) -> Option<i64> {
+        self.0.get(5)
+    }
+    pub(super) fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.0.get(6)
+    }
+    /// The epoch that wrote the answer; for a stale fence, the lease's current epoch.
+    pub(super) fn epoch(&self) -> Option<i64> {
+        self.0.get(7)
+    }
+    pub(super) fn partition(&self) -> i32 {
+        self.0.get(8)
+    }
+    pub(super) fn available(&self) -> i64 {
+        self.0.get::<_, Option<i64>>(9).unwrap_or(0)
+    }
+    pub(super) fn on_hand(&self) -> i64 {
+        self.0.get::<_, Option<i64>>(10).unwrap_or(0)
+    }
+    fn detail(&self) -> String {
+        self.0.get::<_, Option<String>>(11).unwrap_or_default()
+    }
+}
+
 /// Split the answer rows back per partition, in command order.
 fn decode(
     group: &[PartitionBatch<'_>],
     rows: &[Row],
 ) -> Result<Vec<Result<Vec<Outcome>, FencedError>>, FencedError> {
-    let mut rows = rows.iter();
+    let mut rows = rows.iter().map(AnswerRow);
     let mut results = Vec::with_capacity(group.len());
     for batch in group {
         let mut outcomes = Vec::with_capacity(batch.commands.len());
@@ -160,100 +205,53 @@ fn decode(
             let row = rows
                 .next()
                 .ok_or_else(|| malformed("fewer rows than commands"))?;
-            let result: String = row.get(1);
+            let result = row.result();
             if result == "stale" {
-                stale = Some(row.get::<_, Option<i64>>(7));
+                stale = Some(row.epoch());
                 continue;
             }
-            outcomes.push(outcome(command, &result, row)?);
+            outcomes.push(outcome(command, &result, &row)?);
         }
         results.push(match stale {
-            Some(current) => Err(FencedError::StaleEpoch {
-                partition: batch.fence.partition,
-                ours: batch.fence.epoch,
-                current,
-            }),
+            Some(current) => Err(FencedError::stale(batch.fence.token, current)),
             None => Ok(outcomes),
         });
     }
     Ok(results)
 }
 
-fn malformed(what: &str) -> FencedError {
-    FencedError::Malformed(what.to_owned())
-}
-
-fn status(text: &str) -> Result<ReservationStatus, FencedError> {
-    match text {
-        "held" => Ok(ReservationStatus::Held),
-        "confirmed" => Ok(ReservationStatus::Confirmed),
-        "released" => Ok(ReservationStatus::Released),
-        "expired" => Ok(ReservationStatus::Expired),
-        other => Err(malformed(&format!("unknown reservation status {other:?}"))),
-    }
-}
-
-fn outcome(command: &Command, result: &str, row: &Row) -> Result<Outcome, FencedError> {
-    let replayed: bool = row.get(2);
-    let detail = || row.get::<_, Option<String>>(11).unwrap_or_default();
-    let available = || row.get::<_, Option<i64>>(9).unwrap_or(0);
+fn outcome(command: &Command, result: &str, row: &AnswerRow<'_>) -> Result<Outcome, FencedError> {
+    let replayed = row.replayed();
     Ok(match result {
         "created" | "replayed" | "transitioned" => Outcome::Reservation {
-            reservation: reservation(command, row)?,
+            reservation: reservation_from_answer(command, row)?,
             created: result == "created",
             replayed,
         },
         "insufficient" => Outcome::InsufficientStock {
-            available: available(),
+            available: row.available(),
             replayed,
         },
-        "mismatch" => Outcome::Mismatch { detail: detail() },
-        "not_found" => Outcome::NotFound { detail: detail() },
-        "invalid_state" => Outcome::InvalidState {
-            current: status(&row.get::<_, String>(3))?,
+        "mismatch" => Outcome::Mismatch {
+            detail: row.detail(),
         },
-        "adjusted" => {
-            let Command::Adjust { adjustment_id, .. } = command else {
-                return Err(malformed("adjustment outcome for another command"));
-            };
-            Outcome::Adjusted {
-                adjustment: Adjustment {
-                    adjustment_id: adjustment_id.clone(),
-                    sku: row.get(4),
-                    delta: row.get(5),
-                    on_hand: row.get::<_, Option<i64>>(10).unwrap_or(0),
-                    available: available(),
-                    partition: row.get::<_, i32>(8) as u32,
-                    epoch: row.get(7),
-                },
-                replayed,
-            }
-        }
+        "not_found" => Outcome::NotFound {
+            detail: row.detail(),
+        },
+        "invalid_state" => Outcome::InvalidState {
+            current: status_from_stored(&row.status()).map_err(|e| malformed(e.to_string()))?,
+        },
+        "adjusted" => Outcome::Adjusted {
+            adjustment: adjustment_from_answer(command, row)?,
+            replayed,
+        },
         "shrink_refused" => Outcome::ShrinkRefused {
-            available: available(),
+            available: row.available(),
             replayed,
         },
         "expired" => Outcome::Expired {
-            count: row.get::<_, Option<i64>>(5).unwrap_or(0) as u64,
+            count: row.quantity().unwrap_or(0) as u64,
         },
-        other => return Err(malformed(&format!("unknown result {other:?}"))),
-    })
-}
-
-fn reservation(command: &Command, row: &Row) -> Result<Reservation, FencedError> {
-    let reservation_id = match command {
-        Command::Reserve { reservation_id, .. }
-        | Command::Confirm { reservation_id }
-        | Command::Release { reservation_id } => reservation_id.clone(),
-        _ => return Err(malformed("reservation outcome for another command")),
-    };
-    Ok(Reservation {
-        reservation_id,
-        status: status(&row.get::<_, String>(3))?,
-        sku: row.get(4),
-        quantity: row.get(5),
-        expires_at: row.get::<_, Option<DateTime<Utc>>>(6),
-        partition: row.get::<_, i32>(8) as u32,
-        epoch: row.get(7),
+        other => return Err(malformed(format!("unknown result {other:?}"))),
     })
 }

@@ -1,0 +1,110 @@
+//! The command protocol of a partition: what a worker can be asked to do, and what it answers.
+//!
+//! Commands are applied in arrival order within one fenced statement; each gets exactly one
+//! [`Outcome`]. Business refusals (not enough stock, a reused id, a transition that is not
+//! allowed) are outcomes, not errors: they commit like any other answer, so a replay of the same
+//! id returns the same refusal.
+
+use schema::wire::{Adjustment, Reservation, ReservationStatus};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Reserve {
+        reservation_id: String,
+        sku: String,
+        quantity: i64,
+        ttl_seconds: u32,
+    },
+    Confirm {
+        reservation_id: String,
+    },
+    Release {
+        reservation_id: String,
+    },
+    Adjust {
+        adjustment_id: String,
+        sku: String,
+        delta: i64,
+    },
+    /// Expire up to `limit` overdue holds of the partition.
+    ExpireDue {
+        limit: i64,
+    },
+}
+
+impl Command {
+    /// Metric label, and the operation name `apply_fenced_batch` expects.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Command::Reserve { .. } => "reserve",
+            Command::Confirm { .. } => "confirm",
+            Command::Release { .. } => "release",
+            Command::Adjust { .. } => "adjust",
+            Command::ExpireDue { .. } => "expire",
+        }
+    }
+
+    /// The reservation a reserve, confirm or release is about.
+    pub fn reservation_id(&self) -> Option<&str> {
+        match self {
+            Command::Reserve { reservation_id, .. }
+            | Command::Confirm { reservation_id }
+            | Command::Release { reservation_id } => Some(reservation_id),
+            Command::Adjust { .. } | Command::ExpireDue { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A reservation in its current state; `created` for a new hold, `replayed` when an earlier
+    /// outcome of the same id (or an already-made transition) is returned.
+    Reservation {
+        reservation: Reservation,
+        created: bool,
+        replayed: bool,
+    },
+    InsufficientStock {
+        available: i64,
+        replayed: bool,
+    },
+    /// The id exists with a different payload.
+    Mismatch {
+        detail: String,
+    },
+    NotFound {
+        detail: String,
+    },
+    InvalidState {
+        current: ReservationStatus,
+    },
+    Adjusted {
+        adjustment: Adjustment,
+        replayed: bool,
+    },
+    ShrinkRefused {
+        available: i64,
+        replayed: bool,
+    },
+    Expired {
+        count: u64,
+    },
+}
+
+impl Outcome {
+    /// Metric label.
+    pub fn result(&self) -> &'static str {
+        match self {
+            Outcome::Reservation { replayed: true, .. } => "replayed",
+            Outcome::Reservation { created: true, .. } => "held",
+            Outcome::Reservation { .. } => "transitioned",
+            Outcome::InsufficientStock { .. } => "insufficient_stock",
+            Outcome::Mismatch { .. } => "mismatch",
+            Outcome::NotFound { .. } => "not_found",
+            Outcome::InvalidState { .. } => "invalid_state",
+            Outcome::Adjusted { .. } => "adjusted",
+            Outcome::ShrinkRefused { .. } => "shrink_refused",
+            Outcome::Expired { .. } => "expired",
+        }
+    }
+}

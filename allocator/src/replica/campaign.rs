@@ -1,0 +1,176 @@
+//! The campaigner: take a fair share of the partitions, and start a supervised worker for each.
+//!
+//! Every `campaign_interval` ±20 % jitter it heartbeats, counts live replicas, acquires
+//! partitions up to `ceil(P / live)` and hands back one surplus partition at a time, so a new or
+//! returning replica gets work without a thundering herd. Leases the database still names this
+//! replica for come first: a restart under the same id takes its own partitions back at once
+//! (with new epochs) instead of waiting a TTL for them to expire.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+
+use super::manager::LeaseManager;
+use crate::lease::state::LossCause;
+use crate::lease::{store, FenceToken};
+use crate::metrics as m;
+use crate::worker::{spawn_worker, WorkerHandle};
+use schema::hint::{AssignmentHint, HintKind};
+
+impl LeaseManager {
+    fn jittered(&self) -> Duration {
+        let base = self.settings.campaign_interval.as_secs_f64();
+        Duration::from_secs_f64(base * rand::rng().random_range(0.8..1.2))
+    }
+
+    pub(super) async fn campaigner(self: &Arc<Self>, shutdown: CancellationToken) {
+        // Register first and let peers that start at the same time register too, so the first
+        // campaign already sees a fair share instead of grabbing every partition.
+        let _ = self.campaign_round(false).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(self.jittered()) => {}
+        }
+        loop {
+            if let Err(error) = self.campaign_round(true).await {
+                tracing::warn!(%error, "campaign round failed");
+            }
+            let _ = self.ready.send(true);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.jittered()) => {}
+            }
+        }
+    }
+
+    async fn campaign_round(&self, act: bool) -> anyhow::Result<()> {
+        let timing = *self.ownership.timing();
+        let client = self.pool.get().await?;
+        let view = tokio::time::timeout(
+            timing.renew_interval,
+            store::heartbeat_and_view(
+                &**client,
+                &self.settings.replica_id,
+                &self.settings.advertise_url,
+                timing.ttl,
+            ),
+        )
+        .await??;
+        metrics::gauge!(m::LIVE_REPLICAS).set(view.live_replicas as f64);
+        if !act {
+            return Ok(());
+        }
+        let target = store::fair_share(view.partition_count, view.live_replicas) as usize;
+        let held = self.ownership.held();
+        if held.len() < target {
+            let holding: HashSet<u32> = held.iter().map(|t| t.partition).collect();
+            let mut free = view.free;
+            free.shuffle(&mut rand::rng());
+            // Own leases first: taking them back moves nothing between replicas.
+            let candidates = view
+                .named_for_me
+                .into_iter()
+                .filter(|p| !holding.contains(p))
+                .chain(free);
+            let mut wanted = target - held.len();
+            for partition in candidates {
+                if wanted == 0 {
+                    break;
+                }
+                if partition >= self.ownership.partition_count() {
+                    continue;
+                }
+                let t0 = self.ownership.now();
+                let acquired = tokio::time::timeout(
+                    timing.renew_interval,
+                    store::acquire(
+                        &**client,
+                        partition,
+                        &self.settings.replica_id,
+                        &self.settings.advertise_url,
+                        timing.ttl,
+                    ),
+                )
+                .await;
+                match acquired {
+                    Ok(Ok(Some(a))) => {
+                        let token = a.token();
+                        let worker = self.spawn_supervised(token);
+                        self.ownership.install(token, t0, worker);
+                        tracing::info!(
+                            partition,
+                            epoch = a.epoch,
+                            revision = a.revision,
+                            "lease acquired"
+                        );
+                        self.hints.publish(AssignmentHint {
+                            kind: HintKind::Acquire,
+                            partition,
+                            epoch: a.epoch,
+                            revision: a.revision,
+                            owner_id: self.settings.replica_id.clone(),
+                        });
+                        wanted -= 1;
+                    }
+                    Ok(Ok(None)) => {} // somebody else was faster
+                    Ok(Err(error)) => {
+                        tracing::debug!(partition, %error, "acquire failed");
+                    }
+                    Err(_) => {
+                        // Ambiguous: the acquire may have committed. Not installing it is safe;
+                        // the lease simply lapses and is re-acquired with a newer epoch.
+                        tracing::warn!(partition, "acquire timed out");
+                        break;
+                    }
+                }
+            }
+        } else if held.len() > target {
+            // Give back one partition per round: gentle rebalancing, no herd.
+            if let Some(partition) = held.iter().map(|t| t.partition).max() {
+                drop(client);
+                self.release(partition).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Start the worker for `token` under a supervisor: if the worker ends while its lease still
+    /// grants it authority (it was not cancelled), the lease is dropped and thereby released.
+    fn spawn_supervised(&self, token: FenceToken) -> WorkerHandle {
+        let WorkerHandle {
+            sender,
+            cancel,
+            task,
+        } = spawn_worker(self.workers.clone(), self.ownership.authority_handle(token));
+        let ownership = self.ownership.clone();
+        let cancelled = cancel.clone();
+        let supervisor = tokio::spawn(async move {
+            let ended = task.await;
+            if ended.is_ok() && cancelled.is_cancelled() {
+                return; // stopped on purpose
+            }
+            let how = match &ended {
+                Err(error) if error.is_panic() => "panic",
+                Err(_) => "aborted",
+                Ok(()) => "exited",
+            };
+            metrics::counter!(m::WORKER_FAILURES).increment(1);
+            tracing::error!(
+                partition = token.partition,
+                epoch = token.epoch,
+                how,
+                "partition worker ended unexpectedly, giving its lease up"
+            );
+            ownership.lose(token, LossCause::WorkerFailed);
+        });
+        WorkerHandle {
+            sender,
+            cancel,
+            task: supervisor,
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The lease manager: four tasks sharing one [`Ownership`].
+//!
+//! * **watchdog** — pure and I/O-free, ticks every 50 ms: drops every lease whose safe deadline
+//!   passed, and drops *all* leases when a tick arrives later than `period + margin` (the process
+//!   was paused, e.g. SIGSTOP, and may have slept through its deadlines). It never waits on the
+//!   database, so a slow database cannot look like a stall or delay a deadline.
+//! * **renewer** — every `renew_interval` (~ttl/3) renews all held leases in one statement, with a
+//!   timeout; a failure or timeout makes them `Uncertain` (no new work) and retries sooner.
+//! * **campaigner** ([`campaign`](super::campaign)) — every `campaign_interval` ±20 % jitter:
+//!   heartbeats, counts live replicas, acquires partitions up to `ceil(P / live)` and hands back
+//!   one surplus partition at a time, so a new or returning replica gets work without a
+//!   thundering herd. Leases the database still names this replica for come first: a restart
+//!   under the same id takes its own partitions back at once (with new epochs) instead of
+//!   waiting a TTL for them to expire.
+//! * **dropped-lease releaser** ([`handback`](super::handback)) — authority is dropped locally
+//!   (stall, safe deadline, failed worker) without asking the database, which keeps naming this
+//!   replica until expiry; routers would keep being sent back with `421`. This task releases
+//!   those leases, conditional on holder and epoch, so a peer (or this replica, with a new epoch)
+//!   takes them at once.
+//!
+//! Workers are supervised: one that ends while it still has authority (a panic) would leave the
+//! partition answering `503` while its lease is renewed forever, so its lease is dropped and
+//! given up like any other loss.
+//!
+//! On shutdown every held lease is released (conditional on holder and epoch), so peers take
+//! over within one campaign period instead of a lease TTL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::ownership::Ownership;
+use crate::hints::HintPublisher;
+use crate::lease::state::{LossCause, StallWatchdog};
+use crate::lease::store;
+use crate::metrics as m;
+use crate::worker::WorkerContext;
+
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Clone)]
+pub struct ManagerSettings {
+    pub replica_id: String,
+    pub advertise_url: String,
+    pub campaign_interval: Duration,
+}
+
+pub struct LeaseManager {
+    pub(super) settings: ManagerSettings,
+    /// A small pool of its own, so renewals never queue behind request transactions.
+    pub(super) pool: Pool,
+    pub(super) ownership: Arc<Ownership>,
+    /// Handed to every worker the campaigner starts.
+    pub(super) workers: Arc<WorkerContext>,
+    pub(super) hints: HintPublisher,
+    /// Set once the first campaign round has run; `/readyz` waits for it.
+    pub(super) ready: tokio::sync::watch::Sender<bool>,
+}
+
+impl LeaseManager {
+    pub fn new(
+        settings: ManagerSettings,
+        pool: Pool,
+        ownership: Arc<Ownership>,
+        workers: Arc<WorkerContext>,
+        hints: HintPublisher,
+        ready: tokio::sync::watch::Sender<bool>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            pool,
+            ownership,
+            workers,
+            hints,
+            ready,
+        })
+    }
+
+    /// Start the tasks; the returned handle finishes after `shutdown` fired and every lease was
+    /// released.
+    pub fn start(self: &Arc<Self>, shutdown: CancellationToken) -> JoinHandle<()> {
+        let stop_renewing = CancellationToken::new();
+        let watchdog = tokio::spawn(self.clone().watchdog(stop_renewing.clone()));
+        let renewer = tokio::spawn(self.clone().renewer(stop_renewing.clone()));
+        let releaser = self
+            .ownership
+            .take_loss_feed()
+            .map(|feed| tokio::spawn(self.clone().release_dropped(feed, stop_renewing.clone())));
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.campaigner(shutdown).await;
+            // Keep renewing while releasing, so nothing lapses mid-hand-off; then stop.
+            this.release_all().await;
+            stop_renewing.cancel();
+            let _ = tokio::join!(watchdog, renewer);
+            if let Some(releaser) = releaser {
+                let _ = releaser.await;
+            }
+        })
+    }
+
+    async fn watchdog(self: Arc<Self>, stop: CancellationToken) {
+        let mut dog = StallWatchdog::new(
+            WATCHDOG_PERIOD,
+            self.ownership.timing().margin,
+            self.ownership.now(),
+        );
+        let mut tick = tokio::time::interval(WATCHDOG_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Some(stall) = dog.observe(self.ownership.now()) {
+                metrics::counter!(m::PROCESS_STALLS).increment(1);
+                tracing::warn!(
+                    stall_ms = stall.as_millis() as u64,
+                    "process stall detected, dropping every lease"
+                );
+                self.ownership.lose_all(LossCause::Stall);
+            }
+            let remaining = self.ownership.expire_deadlines();
+            let held = self.ownership.held().len();
+            metrics::gauge!(m::LEASES_HELD).set(held as f64);
+            metrics::gauge!(m::LEASE_REMAINING_SECONDS)
+                .set(remaining.map_or(0.0, |d| d.as_secs_f64()));
+        }
+    }
+
+    async fn renewer(self: Arc<Self>, stop: CancellationToken) {
+        let timing = *self.ownership.timing();
+        let mut wait = timing.renew_interval;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            let held = self.ownership.held();
+            if held.is_empty() {
+                wait = timing.renew_interval;
+                continue;
+            }
+            let t0 = self.ownership.now();
+            let attempt = tokio::time::timeout(timing.renew_interval, async {
+                let client = self.pool.get().await.map_err(|e| e.to_string())?;
+                store::renew(&**client, &self.settings.replica_id, &held, timing.ttl)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await;
+            match attempt {
+                Ok(Ok(renewed)) => {
+                    for token in held {
+                        if renewed.contains(&token.partition) {
+                            self.ownership.renewed(token, t0);
+                        } else {
+                            metrics::counter!(m::LEASE_RENEW_FAILURES).increment(1);
+                            self.ownership.lose(token, LossCause::RenewRejected);
+                        }
+                    }
+                    wait = timing.renew_interval;
+                }
+                failed => {
+                    let reason = match failed {
+                        Ok(Err(e)) => e,
+                        _ => "timed out".to_owned(),
+                    };
+                    tracing::warn!(held = held.len(), %reason, "lease renewal failed, partitions uncertain");
+                    metrics::counter!(m::LEASE_RENEW_FAILURES).increment(held.len() as u64);
+                    for token in held {
+                        self.ownership.renew_failed(token);
+                    }
+                    // Retry soon: a confirmed renewal before the deadline restores service.
+                    wait = timing.renew_interval / 4;
+                }
+            }
+        }
+    }
+}
