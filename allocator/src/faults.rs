@@ -25,3 +25,18 @@ pub fn before_batch<'a>(commands: impl IntoIterator<Item = &'a Command>) {
     #[cfg(not(feature = "fault-hooks"))]
     let _ = commands;
 }
+
+/// Environment variable naming a pause, in milliseconds, between claiming a settlement window and
+/// settling it (feature `fault-hooks`): the moment a holder that stalls is most dangerous.
+pub const SETTLE_PAUSE_ENV: &str = "ALLOCATOR_FAULT_SETTLE_PAUSE_MS";
+
+/// Called by the settlement job between claim and settle.
+pub async fn before_settle() {
+    #[cfg(feature = "fault-hooks")]
+    if let Some(ms) = std::env::var(SETTLE_PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}

@@ -17,6 +17,7 @@ pub mod fenced;
 pub mod hints;
 pub mod lease;
 pub mod metrics;
+pub mod settlement;
 pub mod signals;
 pub mod telemetry;
 pub mod worker;

@@ -41,6 +41,20 @@ pub const WORKER_FAILURES: &str = "allocator_worker_failures_total";
 /// database still named this replica, so peers and routers need not wait for expiry.
 pub const DROPPED_LEASE_RELEASES: &str = "allocator_dropped_lease_releases_total";
 
+// Singleton jobs, labelled `job` (today only `settlement`).
+/// 1 on the replica that holds the job's lease with authority, 0 elsewhere.
+pub const JOB_LEADER: &str = "allocator_job_leader";
+/// The term (lease epoch) this replica last held the job under.
+pub const JOB_TERM: &str = "allocator_job_term";
+/// Job steps by `outcome`: `settled`, `taken_over`, `stale_term`, `failed`.
+pub const JOB_RUNS: &str = "allocator_job_runs_total";
+/// Seconds from the end of the last settled window to now (database clock), on every replica.
+pub const JOB_WINDOW_LAG: &str = "allocator_job_window_lag_seconds";
+/// The configured window length, so alerts can compare the lag with it.
+pub const JOB_WINDOW_SECONDS: &str = "allocator_job_window_seconds";
+/// Writes of an older term that the database refused (a paused or cut-off former holder).
+pub const JOB_STALE_TERM_REJECTIONS: &str = "allocator_job_stale_term_rejections_total";
+
 /// How often histogram samples are folded into their buckets. Bounds the buffered samples to
 /// what arrives in this period (about 0.5 MB at 1.3k requests/s), scraped or not.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
