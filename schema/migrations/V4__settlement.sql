@@ -55,7 +55,13 @@ BEGIN
         RAISE EXCEPTION 'stale settlement term % (current term %)', NEW.term, current_term
             USING ERRCODE = 'FA010';
     END IF;
-    IF TG_TABLE_NAME = 'settlement_runs' AND TG_OP = 'UPDATE' AND OLD.status = 'settled' THEN
+    RETURN NEW;
+END $$;
+
+-- A settled window is final: settling it again would count its reservations twice.
+CREATE FUNCTION settlement_run_final() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.status = 'settled' THEN
         RAISE EXCEPTION 'settlement window % is already settled', OLD.window_start
             USING ERRCODE = 'FA011';
     END IF;
@@ -66,6 +72,8 @@ CREATE TRIGGER settlement_runs_term_fence BEFORE INSERT OR UPDATE ON settlement_
     FOR EACH ROW EXECUTE FUNCTION settlement_term_fence();
 CREATE TRIGGER settlements_term_fence BEFORE INSERT OR UPDATE ON settlements
     FOR EACH ROW EXECUTE FUNCTION settlement_term_fence();
+CREATE TRIGGER settlement_runs_final BEFORE UPDATE ON settlement_runs
+    FOR EACH ROW EXECUTE FUNCTION settlement_run_final();
 
 -- Settled history is never rewritten or removed.
 CREATE FUNCTION settlement_append_only() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -42,7 +42,11 @@ pub async fn read_status<C: GenericClient>(
         });
     Ok(SettlementStatus {
         // An expired lease names nobody, as in the assignment map.
-        holder_id: if remaining.is_some() { row.get(0) } else { None },
+        holder_id: if remaining.is_some() {
+            row.get(0)
+        } else {
+            None
+        },
         term: row.get(1),
         lease_remaining_ms: remaining,
         last_settled,

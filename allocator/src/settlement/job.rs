@@ -197,7 +197,11 @@ impl Job {
             }
             let now = self.clock.now();
             if let Some(stall) = dog.observe(now) {
-                tracing::warn!(job = JOB, stall_ms = stall.as_millis() as u64, "process stall detected");
+                tracing::warn!(
+                    job = JOB,
+                    stall_ms = stall.as_millis() as u64,
+                    "process stall detected"
+                );
                 self.lose(LossCause::Stall);
             }
             let lost = {
