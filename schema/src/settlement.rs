@@ -37,7 +37,7 @@ pub async fn read_status<C: GenericClient>(
             term: row.get(5),
             holder_id: row.get(6),
             reservations: row.get::<_, Option<i64>>(7).unwrap_or(0),
-            quantity: row.get::<_, Option<i64>>(8).unwrap_or(0),
+            total_quantity: row.get::<_, Option<i64>>(8).unwrap_or(0),
             settled_at: row.get(9),
         });
     Ok(SettlementStatus {

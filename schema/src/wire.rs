@@ -128,8 +128,10 @@ pub struct SettledWindow {
     /// The job term (lease epoch) that settled it.
     pub term: i64,
     pub holder_id: String,
+    /// Confirmed reservations settled in the window.
     pub reservations: i64,
-    pub quantity: i64,
+    /// Units those reservations confirmed, summed over SKUs.
+    pub total_quantity: i64,
     pub settled_at: DateTime<Utc>,
 }
 
