@@ -117,6 +117,7 @@ impl Application {
                 advertise_url: advertise_url.clone(),
                 campaign_interval: config.campaign_interval(),
             },
+            config.database_url.clone(),
             lease_pool,
             ownership.clone(),
             workers,

@@ -20,8 +20,16 @@
 //! partition answering `503` while its lease is renewed forever, so its lease is dropped and
 //! given up like any other loss.
 //!
-//! On shutdown every held lease is released (conditional on holder and epoch), so peers take
-//! over within one campaign period instead of a lease TTL.
+//! * **hand-off listener** — `LISTEN`s on [`store::HANDOFF_CHANNEL`]: every release (graceful
+//!   stop, surplus hand-back, dropped lease) and every deregistration is announced by the
+//!   releasing statement itself, and peers run a campaign round at once instead of at their next
+//!   jittered period. Announcement-driven rounds only acquire; surplus is still handed back one
+//!   partition per timed round, so a returning replica takes its share back gently, each
+//!   partition through the same announced hand-off.
+//!
+//! On shutdown the replica first deregisters (so peers' fair share already counts it gone), then
+//! releases every held lease (conditional on holder and epoch); peers take over within
+//! milliseconds instead of a lease TTL.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -44,6 +52,17 @@ use schema::hint::{AssignmentHint, HintKind};
 
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(50);
 
+/// Why a campaign round runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// The first round: only register, so peers starting together see each other.
+    Register,
+    /// The periodic round: acquire up to the fair share, hand back one surplus partition.
+    Timed,
+    /// A peer announced a release or its departure: acquire only.
+    Announced,
+}
+
 #[derive(Debug, Clone)]
 pub struct ManagerSettings {
     pub replica_id: String,
@@ -60,11 +79,16 @@ pub struct LeaseManager {
     hints: HintPublisher,
     /// Set once the first campaign round has run; `/readyz` waits for it.
     ready: tokio::sync::watch::Sender<bool>,
+    /// Woken by a peer's announced release or departure: campaign now, not at the next period.
+    campaign_now: tokio::sync::Notify,
+    database_url: String,
 }
 
 impl LeaseManager {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: ManagerSettings,
+        database_url: String,
         pool: Pool,
         ownership: Arc<Ownership>,
         workers: Arc<WorkerContext>,
@@ -78,6 +102,8 @@ impl LeaseManager {
             workers,
             hints,
             ready,
+            campaign_now: tokio::sync::Notify::new(),
+            database_url,
         })
     }
 
@@ -91,13 +117,14 @@ impl LeaseManager {
             .ownership
             .take_loss_feed()
             .map(|feed| tokio::spawn(self.clone().release_dropped(feed, stop_renewing.clone())));
+        let listener = tokio::spawn(self.clone().listen_for_handoffs(stop_renewing.clone()));
         let this = self.clone();
         tokio::spawn(async move {
             this.campaigner(shutdown).await;
             // Keep renewing while releasing, so nothing lapses mid-hand-off; then stop.
             this.release_all().await;
             stop_renewing.cancel();
-            let _ = tokio::join!(watchdog, renewer);
+            let _ = tokio::join!(watchdog, renewer, listener);
             if let Some(releaser) = releaser {
                 let _ = releaser.await;
             }
@@ -192,24 +219,28 @@ impl LeaseManager {
     async fn campaigner(self: &Arc<Self>, shutdown: CancellationToken) {
         // Register first and let peers that start at the same time register too, so the first
         // campaign already sees a fair share instead of grabbing every partition.
-        let _ = self.campaign_round(false).await;
+        let _ = self.campaign_round(Round::Register).await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(self.jittered()) => {}
         }
+        let mut round = Round::Timed;
         loop {
-            if let Err(error) = self.campaign_round(true).await {
+            if let Err(error) = self.campaign_round(round).await {
                 tracing::warn!(%error, "campaign round failed");
             }
             let _ = self.ready.send(true);
-            tokio::select! {
+            let next = tokio::time::sleep(self.jittered());
+            tokio::pin!(next);
+            round = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(self.jittered()) => {}
-            }
+                _ = &mut next => Round::Timed,
+                _ = self.campaign_now.notified() => Round::Announced,
+            };
         }
     }
 
-    async fn campaign_round(&self, act: bool) -> anyhow::Result<()> {
+    async fn campaign_round(&self, round: Round) -> anyhow::Result<()> {
         let timing = *self.ownership.timing();
         let client = self.pool.get().await?;
         let view = tokio::time::timeout(
@@ -223,7 +254,7 @@ impl LeaseManager {
         )
         .await??;
         metrics::gauge!(m::LIVE_REPLICAS).set(view.live_replicas as f64);
-        if !act {
+        if round == Round::Register {
             return Ok(());
         }
         let target = store::fair_share(view.partition_count, view.live_replicas) as usize;
@@ -262,10 +293,12 @@ impl LeaseManager {
                     Ok(Ok(Some(a))) => {
                         let worker = self.spawn_supervised(partition, a.epoch);
                         self.ownership.install(partition, t0, a.epoch, worker);
+                        metrics::histogram!(m::LEASE_VACANCY).record(a.vacant.as_secs_f64());
                         tracing::info!(
                             partition,
                             epoch = a.epoch,
                             revision = a.revision,
+                            vacant_ms = a.vacant.as_millis() as u64,
                             "lease acquired"
                         );
                         self.hints.publish(AssignmentHint {
@@ -289,7 +322,7 @@ impl LeaseManager {
                     }
                 }
             }
-        } else if held.len() > target {
+        } else if held.len() > target && round == Round::Timed {
             // Give back one partition per round: gentle rebalancing, no herd.
             if let Some(&(partition, _)) = held.iter().max_by_key(|(p, _)| *p) {
                 drop(client);
@@ -438,15 +471,38 @@ impl LeaseManager {
     }
 
     async fn release_all(&self) {
-        let held = self.ownership.held();
-        tracing::info!(count = held.len(), "releasing every lease before exit");
-        futures::future::join_all(held.iter().map(|(p, _)| self.release(*p))).await;
+        // Deregister first: peers that campaign on the first release announcement must already
+        // count this replica gone, or their fair share would leave its partitions unowned.
         if let Ok(client) = self.pool.get().await {
             let _ = tokio::time::timeout(
                 Duration::from_secs(1),
                 store::deregister(&**client, &self.settings.replica_id),
             )
             .await;
+        }
+        let held = self.ownership.held();
+        tracing::info!(count = held.len(), "releasing every lease before exit");
+        futures::future::join_all(held.iter().map(|(p, _)| self.release(*p))).await;
+    }
+
+    /// Keep a `LISTEN` session on the hand-off channel and wake the campaigner on every
+    /// announcement. Best effort: without it, peers still campaign at their period.
+    async fn listen_for_handoffs(self: Arc<Self>, stop: CancellationToken) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let session = crate::db::listen(&self.database_url, store::HANDOFF_CHANNEL);
+            let ended = tokio::select! {
+                _ = stop.cancelled() => return,
+                ended = session.run(|| self.campaign_now.notify_one()) => ended,
+            };
+            if let Err(error) = ended {
+                tracing::debug!(%error, "hand-off listener disconnected");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     }
 }
