@@ -317,3 +317,27 @@ load_cluster_env() {
 print_header_usage() {
     awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
 }
+
+# promtool_bin: prints a promtool binary. Uses one on PATH; otherwise unpacks Debian's
+# `prometheus` package into a cache directory without installing (or starting) the server.
+promtool_bin() {
+    if command -v promtool >/dev/null 2>&1; then
+        command -v promtool
+        return 0
+    fi
+    local cache="${XDG_CACHE_HOME:-$HOME/.cache}/allocator-ops/prometheus"
+    if [[ ! -x "$cache/usr/bin/promtool" ]]; then
+        [[ -z "${OPS_NO_INSTALL:-}" ]] || { err "promtool missing and OPS_NO_INSTALL is set"; return 1; }
+        command -v apt-get >/dev/null 2>&1 || { err "promtool missing and no apt-get to fetch it"; return 1; }
+        local tmp
+        tmp="$(mktemp -d)"
+        if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+            apt-get update -qq >/dev/null 2>&1 || true
+            (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) || { rm -rf "$tmp"; err "could not download Debian's prometheus package"; return 1; }
+        fi
+        mkdir -p "$cache"
+        dpkg -x "$tmp"/prometheus_*.deb "$cache" || { rm -rf "$tmp"; return 1; }
+        rm -rf "$tmp"
+    fi
+    echo "$cache/usr/bin/promtool"
+}

@@ -2,7 +2,8 @@
 # README command 2: the workspace's tests (and, for CI, the lints).
 #
 #   ops/test.sh                 cargo test --workspace --all-targets -- --test-threads=2
-#   ops/test.sh --lint          first cargo fmt --check and cargo clippy -D warnings (also CI=true)
+#   ops/test.sh --lint          first cargo fmt --check, cargo clippy -D warnings and promtool on
+#                               the alert rules and their unit tests (also CI=true)
 #   ops/test.sh [--lint] [cargo test args...]   replace --workspace --all-targets, e.g.
 #                                               ops/test.sh -p allocator --test integration fencing
 #
@@ -101,6 +102,12 @@ if ((lint)); then
     [[ -t 1 ]] || fmt_args+=(--color never)
     run fmt cargo fmt --all -- "${fmt_args[@]}"
     run clippy cargo clippy --workspace --all-targets -- -D warnings
+    if promtool="$(promtool_bin)"; then
+        run alert-rules "$promtool" check rules ops/prometheus/alerts.yml
+        run alert-tests "$promtool" test rules ops/prometheus/alerts_test.yml
+    else
+        run alert-rules false
+    fi
 fi
 
 case "$RUNNER" in

@@ -18,6 +18,7 @@ use crate::hints::HintPublisher;
 use crate::lease::state::LeaseTiming;
 use crate::replica::manager::{LeaseManager, ManagerSettings};
 use crate::replica::ownership::Ownership;
+use crate::settlement::{self, SettlementSettings};
 use crate::worker::WorkerContext;
 
 pub struct Application {
@@ -26,6 +27,7 @@ pub struct Application {
     server: actix_web::dev::Server,
     shutdown: CancellationToken,
     manager_task: JoinHandle<()>,
+    settlement_task: JoinHandle<()>,
     hint_task: Option<JoinHandle<()>>,
     metrics_task: JoinHandle<()>,
     ownership: Arc<Ownership>,
@@ -114,6 +116,7 @@ impl Application {
                 advertise_url: advertise_url.clone(),
                 campaign_interval: config.campaign_interval(),
             },
+            config.database_url.clone(),
             lease_pool,
             ownership.clone(),
             workers,
@@ -121,6 +124,28 @@ impl Application {
             ready_tx,
         );
         let manager_task = manager.start(shutdown.clone());
+        let settlement_task = settlement::spawn(
+            SettlementSettings {
+                holder_id: config.replica_id.clone(),
+                window: config.settlement_window(),
+                grace: config.settlement_grace(),
+                poll_interval: config.settlement_window().min(Duration::from_secs(1)),
+                campaign_interval: config.campaign_interval(),
+                timing,
+            },
+            build_pool(
+                &config.database_url,
+                &PoolSettings {
+                    size: 2,
+                    wait: timing.renew_interval / 2,
+                    lock_timeout: timing.renew_interval / 2,
+                    application_name: format!("allocator:{}:settlement", config.replica_id),
+                    ..pool_settings.clone()
+                },
+            )?,
+            Arc::new(SystemClock),
+            shutdown.clone(),
+        );
 
         let metrics = crate::metrics::install();
         let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
@@ -156,6 +181,7 @@ impl Application {
             server,
             shutdown,
             manager_task,
+            settlement_task,
             hint_task,
             metrics_task,
             ownership,
@@ -185,7 +211,7 @@ impl Application {
         let server = tokio::spawn(self.server);
         self.shutdown.cancelled().await;
         tracing::info!("shutdown requested");
-        let _ = self.manager_task.await;
+        let _ = tokio::join!(self.manager_task, self.settlement_task);
         if let Some(task) = self.hint_task {
             let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
         }

@@ -111,6 +111,14 @@ pub struct ServeConfig {
     /// HTTP worker threads.
     #[arg(long, env = "ALLOCATOR_HTTP_WORKERS", default_value_t = 2)]
     pub http_workers: usize,
+    /// Length of one settlement window (the singleton settlement job).
+    #[arg(long, env = "ALLOCATOR_SETTLEMENT_WINDOW_SECS", default_value_t = 60)]
+    pub settlement_window_secs: u64,
+    /// How long after a window's end it may be settled; must exceed the statement timeout,
+    /// because a confirmation may commit that long after its timestamp. Default: statement
+    /// timeout + 2 s.
+    #[arg(long, env = "ALLOCATOR_SETTLEMENT_GRACE_MS")]
+    pub settlement_grace_ms: Option<u64>,
 }
 
 impl ServeConfig {
@@ -129,6 +137,15 @@ impl ServeConfig {
     }
     pub fn campaign_interval(&self) -> Duration {
         Duration::from_millis(self.campaign_interval_ms)
+    }
+    pub fn settlement_window(&self) -> Duration {
+        Duration::from_secs(self.settlement_window_secs)
+    }
+    pub fn settlement_grace(&self) -> Duration {
+        Duration::from_millis(
+            self.settlement_grace_ms
+                .unwrap_or(self.statement_timeout_ms + 2000),
+        )
     }
 
     /// Defaults for tests and embedding: everything but the identity and database.

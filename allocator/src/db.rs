@@ -60,3 +60,54 @@ pub async fn connect(database_url: &str) -> anyhow::Result<tokio_postgres::Clien
     });
     Ok(client)
 }
+
+/// A `LISTEN` session on one notification channel, outside any pool: it must stay connected
+/// and idle, which a pooled connection is not.
+pub struct Listener {
+    database_url: String,
+    channel: &'static str,
+}
+
+pub fn listen(database_url: &str, channel: &'static str) -> Listener {
+    Listener {
+        database_url: database_url.to_owned(),
+        channel,
+    }
+}
+
+impl Listener {
+    /// Connect, `LISTEN`, and call `on_notification` for every notification until the
+    /// connection ends (the caller reconnects).
+    pub async fn run(self, mut on_notification: impl FnMut()) -> anyhow::Result<()> {
+        use futures::StreamExt;
+
+        let mut pg: tokio_postgres::Config = self.database_url.parse()?;
+        pg.application_name("allocator:listener");
+        pg.connect_timeout(Duration::from_secs(3));
+        // A black-holed link must end the session so the loop reconnects.
+        pg.keepalives(true);
+        pg.keepalives_idle(Duration::from_secs(5));
+        let (client, mut connection) = pg.connect(NoTls).await?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // The connection delivers notifications only while it is polled, including while the
+        // LISTEN statement itself runs; so it is driven by its own task.
+        let driver = tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                if let tokio_postgres::AsyncMessage::Notification(_) = message? {
+                    let _ = tx.send(());
+                }
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        });
+        client
+            .batch_execute(&format!("LISTEN {}", self.channel))
+            .await?;
+        while rx.recv().await.is_some() {
+            on_notification();
+        }
+        drop(client);
+        driver.await??;
+        Ok(())
+    }
+}

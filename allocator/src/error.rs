@@ -4,6 +4,8 @@ use tokio_postgres::error::SqlState;
 
 /// SQLSTATE raised by the inventory trigger when a lower epoch tries to write a row.
 pub const SQLSTATE_STALE_EPOCH: &str = "FA001";
+/// SQLSTATE raised by the settlement tables' trigger when a write carries an older job term.
+pub const SQLSTATE_STALE_TERM: &str = "FA010";
 /// SQLSTATE raised by `apply_fenced_batch` when a new id was inserted concurrently; nothing was
 /// written and the batch can run again (the id then replays).
 pub const SQLSTATE_CONCURRENT_ID: &str = "FA004";
@@ -11,7 +13,8 @@ pub const SQLSTATE_CONCURRENT_ID: &str = "FA004";
 /// What a database error means to the allocator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DbFailure {
-    /// The resource-side fence refused a stale epoch: this replica is no longer the owner.
+    /// The resource-side fence refused a stale epoch (or a stale job term): this replica is no
+    /// longer the owner.
     StaleEpoch,
     /// Transient: connection lost, timeouts, server shutting down, lock wait exceeded,
     /// serialization failures. The outcome of an in-flight commit may be unknown.
@@ -27,7 +30,7 @@ pub fn classify(err: &tokio_postgres::Error) -> DbFailure {
         // No SQLSTATE: the connection broke or a client-side failure happened.
         return DbFailure::Unavailable;
     };
-    if code.code() == SQLSTATE_STALE_EPOCH {
+    if code.code() == SQLSTATE_STALE_EPOCH || code.code() == SQLSTATE_STALE_TERM {
         return DbFailure::StaleEpoch;
     }
     if code.code() == SQLSTATE_CONCURRENT_ID {

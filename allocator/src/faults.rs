@@ -25,3 +25,25 @@ pub fn before_batch<'a>(commands: impl IntoIterator<Item = &'a Command>) {
     #[cfg(not(feature = "fault-hooks"))]
     let _ = commands;
 }
+
+/// Environment variable naming a pause, in milliseconds, between this process's first claim of a
+/// settlement window and its settle (feature `fault-hooks`): the moment at which a holder that
+/// crashes or stalls is most dangerous. Only the first run pauses, so the job catches up after.
+pub const SETTLE_PAUSE_ENV: &str = "ALLOCATOR_FAULT_SETTLE_PAUSE_MS";
+
+/// Called by the settlement job between claim and settle.
+pub async fn before_settle() {
+    #[cfg(feature = "fault-hooks")]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static PAUSED_ONCE: AtomicBool = AtomicBool::new(false);
+        let pause = std::env::var(SETTLE_PAUSE_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(ms) = pause {
+            if !PAUSED_ONCE.swap(true, Ordering::Relaxed) {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+        }
+    }
+}

@@ -36,6 +36,7 @@ pub mod job;
 pub mod lease;
 pub mod metrics;
 pub mod replica;
+pub mod settlement;
 pub mod signals;
 pub mod telemetry;
 pub mod worker;

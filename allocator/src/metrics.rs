@@ -41,6 +41,24 @@ pub const WORKER_FAILURES: &str = "allocator_worker_failures_total";
 /// database still named this replica, so peers and routers need not wait for expiry.
 pub const DROPPED_LEASE_RELEASES: &str = "allocator_dropped_lease_releases_total";
 
+/// Seconds a partition had no live owner before it was acquired (database clock): after a planned
+/// hand-off milliseconds, after a crash about one lease TTL.
+pub const LEASE_VACANCY: &str = "allocator_lease_vacancy_seconds";
+
+// Singleton jobs, labelled `job` (today only `settlement`).
+/// 1 on the replica that holds the job's lease with authority, 0 elsewhere.
+pub const JOB_LEADER: &str = "allocator_job_leader";
+/// The term (lease epoch) this replica last held the job under.
+pub const JOB_TERM: &str = "allocator_job_term";
+/// Job steps by `outcome`: `settled`, `taken_over`, `stale_term`, `failed`.
+pub const JOB_RUNS: &str = "allocator_job_runs_total";
+/// Seconds from the end of the last settled window to now (database clock), on every replica.
+pub const JOB_WINDOW_LAG: &str = "allocator_job_window_lag_seconds";
+/// The configured window length, so alerts can compare the lag with it.
+pub const JOB_WINDOW_SECONDS: &str = "allocator_job_window_seconds";
+/// Writes of an older term that the database refused (a paused or cut-off former holder).
+pub const JOB_STALE_TERM_REJECTIONS: &str = "allocator_job_stale_term_rejections_total";
+
 /// How often histogram samples are folded into their buckets. Bounds the buffered samples to
 /// what arrives in this period (about 0.5 MB at 1.3k requests/s), scraped or not.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -49,6 +67,11 @@ pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// request deadline.
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+];
+/// Vacancy: a hand-off announced by notification (milliseconds) up to expiry after a crash
+/// (about the lease TTL) and longer outages.
+const VACANCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
 ];
 /// Batch sizes: 1 (no batching) up to the default maximum of 64.
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
@@ -78,6 +101,12 @@ pub fn install() -> PrometheusHandle {
                     b.set_buckets_for_metric(
                         Matcher::Full(GROUP_PARTITIONS.to_owned()),
                         BATCH_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(LEASE_VACANCY.to_owned()),
+                        VACANCY_BUCKETS,
                     )
                 })
                 .expect("static, non-empty bucket lists");

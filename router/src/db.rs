@@ -1,5 +1,5 @@
-//! The router's PostgreSQL access: a small bounded pool and the two read-only lookups routing
-//! needs (the assignment map, and the partition of an existing reservation).
+//! The router's PostgreSQL access: a small bounded pool and its read-only lookups (the assignment
+//! map, the partition of an existing reservation, the settlement job's status).
 //!
 //! deadpool's timeouts default to none, which would let a frozen database park every request
 //! forever; every wait here is bounded by `db_timeout` (waiting for a pooled connection,
@@ -69,6 +69,18 @@ pub async fn reservation_partition(
     bounded(timeout, async {
         let client = pool.get().await?;
         Ok(schema::assignment::reservation_partition(&**client, id).await?)
+    })
+    .await
+}
+
+/// The settlement job's status, read like any allocator reads it.
+pub async fn settlement_status(
+    pool: &Pool,
+    timeout: Duration,
+) -> Result<schema::wire::SettlementStatus, DbError> {
+    bounded(timeout, async {
+        let client = pool.get().await?;
+        Ok(schema::settlement::read_status(&**client).await?)
     })
     .await
 }

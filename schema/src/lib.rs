@@ -8,6 +8,7 @@
 //! * [`partition`]: the stable SKU → partition hash and lease naming.
 //! * [`assignment`]: the partition → owner map as read from PostgreSQL and the reservation →
 //!   partition lookup (feature `postgres`, like [`migrate`]).
+//! * [`settlement`]: the settlement job's status (feature `postgres`).
 //! * [`hint`]: the assignment change hints published on Redis, and their channel.
 //!
 //! The crate has no HTTP server, pool or Redis client in it, so a consumer that only needs the
@@ -21,6 +22,8 @@ pub mod migrate;
 pub mod partition;
 pub mod path;
 pub mod routes;
+#[cfg(feature = "postgres")]
+pub mod settlement;
 pub mod wire;
 
 #[cfg(feature = "postgres")]

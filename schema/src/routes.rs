@@ -47,6 +47,7 @@ pub const ADJUST: Route = route("POST", "/v1/inventory/{sku}/adjustments", Serve
 pub const RESERVE_ORDER: Route =
     route("POST", "/v1/orders/{order_id}/reservations", Served::Router);
 pub const PARTITIONS: Route = route("GET", "/v1/partitions", Served::Both);
+pub const SETTLEMENT_STATUS: Route = route("GET", "/v1/jobs/settlement", Served::Both);
 pub const HEALTHZ: Route = route("GET", "/healthz", Served::Both);
 pub const READYZ: Route = route("GET", "/readyz", Served::Both);
 pub const METRICS: Route = route("GET", "/metrics", Served::Both);
@@ -61,6 +62,7 @@ pub const ALL: &[Route] = &[
     ADJUST,
     RESERVE_ORDER,
     PARTITIONS,
+    SETTLEMENT_STATUS,
     HEALTHZ,
     READYZ,
     METRICS,

@@ -120,6 +120,37 @@ pub struct PartitionMap {
     pub partitions: Vec<PartitionAssignment>,
 }
 
+/// The last window the settlement job finished.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SettledWindow {
+    pub window_start: DateTime<Utc>,
+    pub window_end: DateTime<Utc>,
+    /// The job term (lease epoch) that settled it.
+    pub term: i64,
+    pub holder_id: String,
+    /// Confirmed reservations settled in the window.
+    pub reservations: i64,
+    /// Units those reservations confirmed, summed over SKUs.
+    pub total_quantity: i64,
+    pub settled_at: DateTime<Utc>,
+}
+
+/// `GET /v1/jobs/settlement`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SettlementStatus {
+    /// The replica holding the job's lease; `None` when nobody holds an unexpired one.
+    pub holder_id: Option<String>,
+    /// The job's current term: the lease's epoch, raised on every acquisition.
+    pub term: i64,
+    /// Lease time left by the database clock, in milliseconds.
+    pub lease_remaining_ms: Option<i64>,
+    pub last_settled: Option<SettledWindow>,
+    pub settled_windows: i64,
+    /// Seconds from the end of the last settled window (or the cluster's creation) to now, by the
+    /// database clock. Healthy values stay below two windows plus the closing grace.
+    pub lag_seconds: f64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct OrderLine {

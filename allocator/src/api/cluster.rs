@@ -13,6 +13,14 @@ pub async fn partitions(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
     Ok(HttpResponse::Ok().json(map))
 }
 
+/// The settlement job's holder, term and progress; read from the database, so every replica
+/// answers the same.
+pub async fn settlement(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let client = state.pool.get().await?;
+    let status = schema::settlement::read_status(&**client).await?;
+    Ok(HttpResponse::Ok().json(status))
+}
+
 /// Liveness: the process answers.
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))

@@ -151,6 +151,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/v1/inventory/{sku}").route(web::get().to(inventory::get)))
     .service(resource("/v1/inventory/{sku}/adjustments").route(web::post().to(inventory::adjust)))
     .service(resource("/v1/partitions").route(web::get().to(cluster::partitions)))
+    .service(resource("/v1/jobs/settlement").route(web::get().to(cluster::settlement)))
     .service(resource("/healthz").route(web::get().to(cluster::healthz)))
     .service(resource("/readyz").route(web::get().to(cluster::readyz)))
     .service(resource("/metrics").route(web::get().to(cluster::metrics)))

@@ -17,12 +17,20 @@ use tokio_postgres::GenericClient;
 use super::token::FenceToken;
 use schema::partition::lease_name;
 
+/// PostgreSQL notification channel announcing that a partition lease was given up (released,
+/// dropped) or that a replica left. Peers campaign at once instead of at their next period, so a
+/// planned hand-off leaves the partition without an owner for milliseconds, not a campaign period.
+pub const HANDOFF_CHANNEL: &str = "allocator_handoff";
+
 /// A successful acquisition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acquired {
     pub partition: u32,
     pub epoch: i64,
     pub revision: i64,
+    /// How long the partition had no live owner before this acquisition, by the database clock
+    /// (zero when this replica took back its own unexpired lease).
+    pub vacant: Duration,
 }
 
 impl Acquired {
@@ -60,7 +68,7 @@ pub async fn acquire<C: GenericClient>(
             // lock timeout, gives up on) every transaction still writing under the old epoch.
             // A plain UPDATE of these non-key columns would not conflict with the fence.
             "WITH target AS (
-                 SELECT name FROM leases
+                 SELECT name, expires_at AS vacant_since FROM leases
                   WHERE name = $1
                     AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
                     FOR UPDATE)
@@ -73,7 +81,8 @@ pub async fn acquire<C: GenericClient>(
                FROM target
               WHERE l.name = target.name
                 AND (l.holder_id IS NULL OR l.expires_at <= now() OR l.holder_id = $2)
-          RETURNING l.epoch, l.revision",
+          RETURNING l.epoch, l.revision,
+                    greatest(0, (extract(epoch FROM now() - target.vacant_since) * 1000)::bigint)",
             &[
                 &lease_name(partition),
                 &replica_id,
@@ -86,6 +95,7 @@ pub async fn acquire<C: GenericClient>(
         partition,
         epoch: r.get(0),
         revision: r.get(1),
+        vacant: Duration::from_millis(r.get::<_, Option<i64>>(2).unwrap_or(0) as u64),
     }))
 }
 
@@ -134,12 +144,20 @@ pub async fn release<C: GenericClient>(
 ) -> Result<Option<i64>, tokio_postgres::Error> {
     let row = client
         .query_opt(
-            "UPDATE leases
-                SET holder_id = NULL, holder_url = NULL, expires_at = now(),
-                    revision = nextval('assignment_revision'), transitions = transitions + 1
-              WHERE name = $1 AND holder_id = $2 AND epoch = $3
-          RETURNING revision",
-            &[&lease_name(lease.partition), &replica_id, &lease.epoch],
+            // The notification is delivered when the release commits.
+            "WITH released AS (
+                 UPDATE leases
+                    SET holder_id = NULL, holder_url = NULL, expires_at = now(),
+                        revision = nextval('assignment_revision'), transitions = transitions + 1
+                  WHERE name = $1 AND holder_id = $2 AND epoch = $3
+              RETURNING revision, partition)
+             SELECT revision, pg_notify($4, partition::text) FROM released",
+            &[
+                &lease_name(lease.partition),
+                &replica_id,
+                &lease.epoch,
+                &HANDOFF_CHANNEL,
+            ],
         )
         .await?;
     Ok(row.map(|r| r.get(0)))
@@ -159,13 +177,15 @@ pub async fn release_dropped<C: GenericClient>(
     let epochs: Vec<i64> = dropped.iter().map(|t| t.epoch).collect();
     let rows = client
         .query(
-            "UPDATE leases AS l
-                SET holder_id = NULL, holder_url = NULL, expires_at = now(),
-                    revision = nextval('assignment_revision'), transitions = l.transitions + 1
-               FROM unnest($1::text[], $2::bigint[]) AS d(name, epoch)
-              WHERE l.name = d.name AND l.epoch = d.epoch AND l.holder_id = $3
-          RETURNING l.partition, l.epoch, l.revision",
-            &[&names, &epochs, &replica_id],
+            "WITH released AS (
+                 UPDATE leases AS l
+                    SET holder_id = NULL, holder_url = NULL, expires_at = now(),
+                        revision = nextval('assignment_revision'), transitions = l.transitions + 1
+                   FROM unnest($1::text[], $2::bigint[]) AS d(name, epoch)
+                  WHERE l.name = d.name AND l.epoch = d.epoch AND l.holder_id = $3
+              RETURNING l.partition, l.epoch, l.revision)
+             SELECT partition, epoch, revision, pg_notify($4, partition::text) FROM released",
+            &[&names, &epochs, &replica_id, &HANDOFF_CHANNEL],
         )
         .await?;
     Ok(rows
@@ -232,13 +252,18 @@ pub async fn heartbeat_and_view<C: GenericClient>(
     })
 }
 
-/// Remove this replica's heartbeat so the others rebalance at once after a graceful stop.
+/// Remove this replica's heartbeat and announce it, so the others raise their fair share at once
+/// after a graceful stop, before its leases are released.
 pub async fn deregister<C: GenericClient>(
     client: &C,
     replica_id: &str,
 ) -> Result<(), tokio_postgres::Error> {
     client
-        .execute("DELETE FROM replicas WHERE replica_id = $1", &[&replica_id])
+        .query(
+            "WITH gone AS (DELETE FROM replicas WHERE replica_id = $1 RETURNING replica_id)
+             SELECT pg_notify($2, 'left') FROM gone",
+            &[&replica_id, &HANDOFF_CHANNEL],
+        )
         .await?;
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! partitions up to `ceil(P / live)` and hands back one surplus partition at a time, so a new or
 //! returning replica gets work without a thundering herd. Leases the database still names this
 //! replica for come first: a restart under the same id takes its own partitions back at once
-//! (with new epochs) instead of waiting a TTL for them to expire.
+//! (with new epochs) instead of waiting a TTL for them to expire. A peer's announced release or
+//! departure (see [`handback`](super::handback)) starts an extra, acquire-only round at once.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -21,6 +22,17 @@ use crate::metrics as m;
 use crate::worker::{spawn_worker, WorkerHandle};
 use schema::hint::{AssignmentHint, HintKind};
 
+/// Why a campaign round runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// The first round: only register, so peers starting together see each other.
+    Register,
+    /// The periodic round: acquire up to the fair share, hand back one surplus partition.
+    Timed,
+    /// A peer announced a release or its departure: acquire only.
+    Announced,
+}
+
 impl LeaseManager {
     fn jittered(&self) -> Duration {
         let base = self.settings.campaign_interval.as_secs_f64();
@@ -30,24 +42,28 @@ impl LeaseManager {
     pub(super) async fn campaigner(self: &Arc<Self>, shutdown: CancellationToken) {
         // Register first and let peers that start at the same time register too, so the first
         // campaign already sees a fair share instead of grabbing every partition.
-        let _ = self.campaign_round(false).await;
+        let _ = self.campaign_round(Round::Register).await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(self.jittered()) => {}
         }
+        let mut round = Round::Timed;
         loop {
-            if let Err(error) = self.campaign_round(true).await {
+            if let Err(error) = self.campaign_round(round).await {
                 tracing::warn!(%error, "campaign round failed");
             }
             let _ = self.ready.send(true);
-            tokio::select! {
+            let next = tokio::time::sleep(self.jittered());
+            tokio::pin!(next);
+            round = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(self.jittered()) => {}
-            }
+                _ = &mut next => Round::Timed,
+                _ = self.campaign_now.notified() => Round::Announced,
+            };
         }
     }
 
-    async fn campaign_round(&self, act: bool) -> anyhow::Result<()> {
+    async fn campaign_round(&self, round: Round) -> anyhow::Result<()> {
         let timing = *self.ownership.timing();
         let client = self.pool.get().await?;
         let view = tokio::time::timeout(
@@ -61,7 +77,7 @@ impl LeaseManager {
         )
         .await??;
         metrics::gauge!(m::LIVE_REPLICAS).set(view.live_replicas as f64);
-        if !act {
+        if round == Round::Register {
             return Ok(());
         }
         let target = store::fair_share(view.partition_count, view.live_replicas) as usize;
@@ -101,10 +117,12 @@ impl LeaseManager {
                         let token = a.token();
                         let worker = self.spawn_supervised(token);
                         self.ownership.install(token, t0, worker);
+                        metrics::histogram!(m::LEASE_VACANCY).record(a.vacant.as_secs_f64());
                         tracing::info!(
                             partition,
                             epoch = a.epoch,
                             revision = a.revision,
+                            vacant_ms = a.vacant.as_millis() as u64,
                             "lease acquired"
                         );
                         self.hints.publish(AssignmentHint {
@@ -128,7 +146,7 @@ impl LeaseManager {
                     }
                 }
             }
-        } else if held.len() > target {
+        } else if held.len() > target && round == Round::Timed {
             // Give back one partition per round: gentle rebalancing, no herd.
             if let Some(partition) = held.iter().map(|t| t.partition).max() {
                 drop(client);

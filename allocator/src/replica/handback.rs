@@ -6,6 +6,10 @@
 //! naming this replica until expiry; the dropped-lease releaser gives those back from the
 //! ownership table's loss feed. Both are conditional on holder and epoch, so a lease re-acquired
 //! meanwhile (newer epoch) or taken by a peer is left alone.
+//!
+//! Every release is announced by its own statement (`NOTIFY` on [`store::HANDOFF_CHANNEL`],
+//! delivered at commit); the listener here wakes this replica's campaigner when a peer announces
+//! one, so hand-offs between replicas take milliseconds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,15 +121,38 @@ impl LeaseManager {
     }
 
     pub(super) async fn release_all(&self) {
-        let held = self.ownership.held();
-        tracing::info!(count = held.len(), "releasing every lease before exit");
-        futures::future::join_all(held.iter().map(|t| self.release(t.partition))).await;
+        // Deregister first: peers that campaign on the first release announcement must already
+        // count this replica gone, or their fair share would leave its partitions unowned.
         if let Ok(client) = self.pool.get().await {
             let _ = tokio::time::timeout(
                 Duration::from_secs(1),
                 store::deregister(&**client, &self.settings.replica_id),
             )
             .await;
+        }
+        let held = self.ownership.held();
+        tracing::info!(count = held.len(), "releasing every lease before exit");
+        futures::future::join_all(held.iter().map(|t| self.release(t.partition))).await;
+    }
+
+    /// Keep a `LISTEN` session on the hand-off channel and wake the campaigner on every
+    /// announcement. Best effort: without it, peers still campaign at their period.
+    pub(super) async fn listen_for_handoffs(self: Arc<Self>, stop: CancellationToken) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let session = crate::db::listen(&self.database_url, store::HANDOFF_CHANNEL);
+            let ended = tokio::select! {
+                _ = stop.cancelled() => return,
+                ended = session.run(|| self.campaign_now.notify_one()) => ended,
+            };
+            if let Err(error) = ended {
+                tracing::debug!(%error, "hand-off listener disconnected");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     }
 

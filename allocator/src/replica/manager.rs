@@ -22,8 +22,16 @@
 //! partition answering `503` while its lease is renewed forever, so its lease is dropped and
 //! given up like any other loss.
 //!
-//! On shutdown every held lease is released (conditional on holder and epoch), so peers take
-//! over within one campaign period instead of a lease TTL.
+//! * **hand-off listener** ([`handback`](super::handback)) — `LISTEN`s on
+//!   [`store::HANDOFF_CHANNEL`]: every release (graceful stop, surplus hand-back, dropped lease)
+//!   and every deregistration is announced by the releasing statement itself, and peers run a
+//!   campaign round at once instead of at their next jittered period. Announced rounds only
+//!   acquire; surplus is still handed back one partition per timed round, so a returning replica
+//!   takes its share back gently, each partition through the same announced hand-off.
+//!
+//! On shutdown the replica first deregisters (so peers' fair share already counts it gone), then
+//! releases every held lease (conditional on holder and epoch); peers take over within
+//! milliseconds instead of a lease TTL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,11 +66,17 @@ pub struct LeaseManager {
     pub(super) hints: HintPublisher,
     /// Set once the first campaign round has run; `/readyz` waits for it.
     pub(super) ready: tokio::sync::watch::Sender<bool>,
+    /// Woken by a peer's announced release or departure: campaign now, not at the next period.
+    pub(super) campaign_now: tokio::sync::Notify,
+    /// For the hand-off listener's own session, outside the pool.
+    pub(super) database_url: String,
 }
 
 impl LeaseManager {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: ManagerSettings,
+        database_url: String,
         pool: Pool,
         ownership: Arc<Ownership>,
         workers: Arc<WorkerContext>,
@@ -76,6 +90,8 @@ impl LeaseManager {
             workers,
             hints,
             ready,
+            campaign_now: tokio::sync::Notify::new(),
+            database_url,
         })
     }
 
@@ -89,13 +105,14 @@ impl LeaseManager {
             .ownership
             .take_loss_feed()
             .map(|feed| tokio::spawn(self.clone().release_dropped(feed, stop_renewing.clone())));
+        let listener = tokio::spawn(self.clone().listen_for_handoffs(stop_renewing.clone()));
         let this = self.clone();
         tokio::spawn(async move {
             this.campaigner(shutdown).await;
             // Keep renewing while releasing, so nothing lapses mid-hand-off; then stop.
             this.release_all().await;
             stop_renewing.cancel();
-            let _ = tokio::join!(watchdog, renewer);
+            let _ = tokio::join!(watchdog, renewer, listener);
             if let Some(releaser) = releaser {
                 let _ = releaser.await;
             }

@@ -8,4 +8,6 @@ mod fencing;
 mod hardening;
 mod lifecycle;
 mod openapi;
+mod processes;
+mod settlement;
 mod testkit_smoke;

@@ -62,6 +62,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
+            web::resource("/v1/jobs/settlement")
+                .route(web::get().to(partitions::settlement))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
             web::resource("/healthz")
                 .route(web::get().to(health::healthz))
                 .default_service(web::to(method_not_allowed)),

@@ -1,11 +1,13 @@
-//! `GET /v1/partitions`: the assignment map this router currently routes by (its cache, not a
-//! fresh read), so operators can see exactly what a router believes. `lease_remaining_ms` is as
-//! of the read; the `X-Assignment-Revision` header repeats the map revision.
+//! Cluster views. `GET /v1/partitions`: the assignment map this router currently routes by (its
+//! cache, not a fresh read), so operators can see exactly what a router believes;
+//! `lease_remaining_ms` is as of the read and `X-Assignment-Revision` repeats the map revision.
+//! `GET /v1/jobs/settlement`: the settlement job's status, read from PostgreSQL.
 
 use actix_web::{web, HttpResponse};
 use schema::wire::HEADER_ASSIGNMENT_REVISION;
 
 use crate::app::AppState;
+use crate::db;
 use crate::error::RouterError;
 
 pub async fn get(state: web::Data<AppState>) -> Result<HttpResponse, RouterError> {
@@ -16,4 +18,11 @@ pub async fn get(state: web::Data<AppState>) -> Result<HttpResponse, RouterError
     Ok(HttpResponse::Ok()
         .insert_header((HEADER_ASSIGNMENT_REVISION, map.revision().to_string()))
         .json(&map.map))
+}
+
+pub async fn settlement(state: web::Data<AppState>) -> Result<HttpResponse, RouterError> {
+    let status = db::settlement_status(&state.pool, state.db_timeout)
+        .await
+        .map_err(|e| RouterError::Storage(e.to_string()))?;
+    Ok(HttpResponse::Ok().json(status))
 }

@@ -5,6 +5,7 @@ mod api;
 mod common;
 mod failover;
 mod give_up;
+mod handoff;
 mod order_races;
 mod orders;
 mod routing;

@@ -1,0 +1,180 @@
+//! The settlement job's statements: its lease (by name, without an assignment revision, because
+//! the job is not routed to) and its two steps per window, claim and settle.
+//!
+//! Every write of a step is checked against the job's term by the tables' own trigger
+//! (`settlement_term_fence`, migration V4), not by anything this module reads first: a holder
+//! that slept through its lease learns it was replaced from the refusal (SQLSTATE `FA010`).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::GenericClient;
+
+use schema::SETTLEMENT_LEASE;
+
+fn millis(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+/// Take the job lease when nobody holds it, it expired, or this replica is the recorded holder
+/// (a restart). Always a new, higher term.
+pub async fn acquire<C: GenericClient>(
+    client: &C,
+    holder_id: &str,
+    ttl: Duration,
+) -> Result<Option<i64>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            // FOR UPDATE first, as for partitions: it waits for (or times out on) every settle
+            // step still holding the row FOR KEY SHARE under the old term.
+            "WITH target AS (
+                 SELECT name FROM leases
+                  WHERE name = $1 AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
+                    FOR UPDATE)
+             UPDATE leases AS l
+                SET holder_id = $2, holder_url = NULL, epoch = l.epoch + 1,
+                    acquired_at = now(), renewed_at = now(),
+                    expires_at = now() + $3::bigint * interval '1 millisecond',
+                    transitions = l.transitions + 1
+               FROM target
+              WHERE l.name = target.name
+          RETURNING l.epoch",
+            &[&SETTLEMENT_LEASE, &holder_id, &millis(ttl)],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Extend the job lease; `false` means it is no longer this replica's at this term.
+pub async fn renew<C: GenericClient>(
+    client: &C,
+    holder_id: &str,
+    term: i64,
+    ttl: Duration,
+) -> Result<bool, tokio_postgres::Error> {
+    let rows = client
+        .execute(
+            "UPDATE leases
+                SET renewed_at = now(), expires_at = now() + $4::bigint * interval '1 millisecond'
+              WHERE name = $1 AND holder_id = $2 AND epoch = $3 AND expires_at > now()",
+            &[&SETTLEMENT_LEASE, &holder_id, &term, &millis(ttl)],
+        )
+        .await?;
+    Ok(rows == 1)
+}
+
+/// Give the job lease back so a peer can take it at once; conditional on holder and term.
+pub async fn release<C: GenericClient>(
+    client: &C,
+    holder_id: &str,
+    term: i64,
+) -> Result<bool, tokio_postgres::Error> {
+    let rows = client
+        .execute(
+            "UPDATE leases SET holder_id = NULL, expires_at = now(), transitions = transitions + 1
+              WHERE name = $1 AND holder_id = $2 AND epoch = $3",
+            &[&SETTLEMENT_LEASE, &holder_id, &term],
+        )
+        .await?;
+    Ok(rows == 1)
+}
+
+/// A window claimed for settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+}
+
+/// Claim the next window to settle, if it has closed by the database clock.
+///
+/// The next window starts where the last settled one ended (or at the cluster's creation, aligned
+/// down to the window length), so windows never overlap and none is skipped, even if the window
+/// length changes between releases. A run left `running` by an earlier term is taken over.
+pub async fn claim_next<C: GenericClient>(
+    client: &C,
+    holder_id: &str,
+    term: i64,
+    window: Duration,
+    grace: Duration,
+) -> Result<Option<Window>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "WITH next AS (
+                 SELECT COALESCE(
+                            (SELECT max(window_end) FROM settlement_runs WHERE status = 'settled'),
+                            (SELECT to_timestamp(floor(extract(epoch FROM created_at) / $3::bigint)
+                                                 * $3::bigint)
+                               FROM cluster_settings)) AS start)
+             INSERT INTO settlement_runs AS r (window_start, window_end, status, term, holder_id)
+             SELECT start, start + $3::bigint * interval '1 second', 'running', $2, $1
+               FROM next
+              WHERE start + $3::bigint * interval '1 second'
+                          + $4::bigint * interval '1 millisecond' <= now()
+             ON CONFLICT (window_start) DO UPDATE
+                SET term = EXCLUDED.term, holder_id = EXCLUDED.holder_id, started_at = now()
+              WHERE r.status = 'running'
+          RETURNING r.window_start, r.window_end",
+            &[
+                &holder_id,
+                &term,
+                &(window.as_secs() as i64),
+                &millis(grace),
+            ],
+        )
+        .await?;
+    Ok(row.map(|r| Window {
+        start: r.get(0),
+        end: r.get(1),
+    }))
+}
+
+/// What settling one window wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    pub reservations: i64,
+    pub quantity: i64,
+}
+
+/// Sum the window's confirmations per SKU into `settlements` and mark its run settled under this
+/// term, in one statement. `None` when the window is already settled.
+///
+/// The run is deliberately not filtered by term: whether this term may still write is the
+/// trigger's decision, so a former holder's attempt is refused (`FA010`) and counted instead of
+/// quietly matching nothing.
+pub async fn settle<C: GenericClient>(
+    client: &C,
+    term: i64,
+    window_start: DateTime<Utc>,
+) -> Result<Option<Settled>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "WITH run AS (
+                 SELECT window_start, window_end FROM settlement_runs
+                  WHERE window_start = $1 AND status = 'running'
+                    FOR UPDATE),
+             per_sku AS (
+                 SELECT l.sku, sum(l.d_confirmed) AS quantity, count(*) AS reservations
+                   FROM ledger AS l, run
+                  WHERE l.kind = 'confirm'
+                    AND l.recorded_at >= run.window_start AND l.recorded_at < run.window_end
+                  GROUP BY l.sku),
+             written AS (
+                 INSERT INTO settlements (window_start, sku, quantity, reservations, term)
+                 SELECT $1, sku, quantity, reservations, $2 FROM per_sku
+              RETURNING quantity, reservations)
+             UPDATE settlement_runs AS r
+                SET status = 'settled', finished_at = now(), term = $2,
+                    reservations = (SELECT COALESCE(sum(reservations), 0) FROM written),
+                    quantity = (SELECT COALESCE(sum(quantity), 0) FROM written)
+               FROM run
+              WHERE r.window_start = run.window_start
+          RETURNING r.reservations, r.quantity",
+            &[&window_start, &term],
+        )
+        .await?;
+    Ok(row.map(|r| Settled {
+        reservations: r.get(0),
+        quantity: r.get(1),
+    }))
+}
