@@ -243,8 +243,8 @@ impl Job {
         let Ok(client) = self.pool.get().await else {
             return;
         };
-        if let Ok(status) = schema::settlement::read_status(&**client).await {
-            metrics::gauge!(m::JOB_WINDOW_LAG, "job" => JOB).set(status.lag_seconds);
+        if let Ok(lag) = schema::settlement::read_lag(&**client).await {
+            metrics::gauge!(m::JOB_WINDOW_LAG, "job" => JOB).set(lag);
         }
     }
 
