@@ -7,7 +7,8 @@ use crate::fenced::{Command, Outcome};
 use schema::assignment;
 use schema::partition::partition_for;
 use schema::wire::{
-    validate, Reservation, ReservationStatus, ReserveRequest, HEADER_EPOCH, HEADER_REPLAYED,
+    Reservation, ReservationId, ReservationStatus, ReserveRequest, TtlSeconds, HEADER_EPOCH,
+    HEADER_REPLAYED,
 };
 
 pub async fn reserve(
@@ -16,16 +17,12 @@ pub async fn reserve(
     body: web::Json<ReserveRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    validate::id("reservation_id", &body.reservation_id).map_err(ApiError::InvalidRequest)?;
-    validate::sku(&body.sku).map_err(ApiError::InvalidRequest)?;
-    validate::quantity(body.quantity).map_err(ApiError::InvalidRequest)?;
-    let ttl_seconds = validate::ttl_seconds(body.ttl_seconds).map_err(ApiError::InvalidRequest)?;
-    let partition = partition_for(&body.sku, state.partition_count);
+    let partition = partition_for(body.sku.as_str(), state.partition_count);
     let command = Command::Reserve {
-        reservation_id: body.reservation_id.clone(),
-        sku: body.sku,
-        quantity: body.quantity,
-        ttl_seconds,
+        reservation_id: body.reservation_id.as_str().to_owned(),
+        sku: body.sku.into_string(),
+        quantity: body.quantity.get(),
+        ttl_seconds: TtlSeconds::or_default(body.ttl_seconds).get(),
     };
     let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
     let response = reservation_response(outcome, epoch)?;
@@ -36,7 +33,7 @@ pub async fn reserve(
 pub async fn confirm(
     state: web::Data<AppState>,
     request: HttpRequest,
-    path: web::Path<String>,
+    path: web::Path<ReservationId>,
 ) -> Result<HttpResponse, ApiError> {
     transition(state, request, path.into_inner(), true).await
 }
@@ -44,7 +41,7 @@ pub async fn confirm(
 pub async fn release(
     state: web::Data<AppState>,
     request: HttpRequest,
-    path: web::Path<String>,
+    path: web::Path<ReservationId>,
 ) -> Result<HttpResponse, ApiError> {
     transition(state, request, path.into_inner(), false).await
 }
@@ -52,15 +49,15 @@ pub async fn release(
 async fn transition(
     state: web::Data<AppState>,
     request: HttpRequest,
-    reservation_id: String,
+    reservation_id: ReservationId,
     confirm: bool,
 ) -> Result<HttpResponse, ApiError> {
-    validate::id("reservation_id", &reservation_id).map_err(ApiError::InvalidRequest)?;
     let partition = {
         let client = state.pool.get().await?;
         assignment::reservation_partition(&**client, &reservation_id).await?
     }
     .ok_or_else(|| ApiError::NotFound(format!("reservation {reservation_id} does not exist")))?;
+    let reservation_id = reservation_id.into_string();
     let command = if confirm {
         Command::Confirm { reservation_id }
     } else {
@@ -108,17 +105,16 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
 
 pub async fn get(
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<ReservationId>,
 ) -> Result<HttpResponse, ApiError> {
     let reservation_id = path.into_inner();
-    validate::id("reservation_id", &reservation_id).map_err(ApiError::InvalidRequest)?;
     let client = state.pool.get().await?;
     let row = client
         .query_opt(
             "SELECT sku, quantity, status, epoch, expires_at, partition, available_at_refusal,
                     status = 'held' AND expires_at <= now() AS overdue
                FROM reservations WHERE reservation_id = $1",
-            &[&reservation_id],
+            &[&reservation_id.as_str()],
         )
         .await?
         .ok_or_else(|| {
@@ -141,7 +137,7 @@ pub async fn get(
         _ => ReservationStatus::Expired,
     };
     Ok(HttpResponse::Ok().json(Reservation {
-        reservation_id,
+        reservation_id: reservation_id.into_string(),
         status,
         sku: row.get(0),
         quantity: row.get(1),
