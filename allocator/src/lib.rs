@@ -17,6 +17,7 @@ pub mod fenced;
 pub mod hints;
 pub mod lease;
 pub mod metrics;
+pub mod request_id;
 pub mod signals;
 pub mod telemetry;
 pub mod worker;

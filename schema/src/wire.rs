@@ -7,9 +7,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 mod problem;
+mod request_id;
 mod values;
 
 pub use problem::ProblemType;
+pub use request_id::{RequestId, REQUEST_ID_MAX_LEN};
 pub use values::{
     rule_violation, AdjustmentId, Delta, InvalidValue, Quantity, ReservationId, Sku, TtlSeconds,
 };

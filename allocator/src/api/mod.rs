@@ -223,5 +223,6 @@ pub fn app(
                 result
             })
         })
+        .wrap_fn(crate::request_id::middleware)
         .configure(configure)
 }
