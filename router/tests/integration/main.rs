@@ -7,4 +7,5 @@ mod failover;
 mod give_up;
 mod order_races;
 mod orders;
+mod request_id;
 mod routing;
