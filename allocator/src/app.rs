@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, AppState};
 use crate::clock::SystemClock;
 use crate::commit::{CommitSettings, Committer};
-use crate::config::ServeConfig;
+use crate::config::AllocatorConfig;
 use crate::db::{build_pool, PoolSettings};
 use crate::hints::HintPublisher;
 use crate::lease::state::LeaseTiming;
@@ -35,14 +35,11 @@ pub struct Application {
 
 impl Application {
     /// Bind, connect and start the lease manager. The cluster must be initialised
-    /// (`allocator migrate`).
-    pub async fn build(config: ServeConfig) -> anyhow::Result<Self> {
-        let timing = LeaseTiming::new(
-            config.lease_ttl(),
-            config.lease_margin(),
-            config.renew_interval(),
-        )
-        .map_err(anyhow::Error::msg)?;
+    /// (`allocator migrate`). An invalid configuration is refused before anything starts.
+    pub async fn build(config: AllocatorConfig) -> anyhow::Result<Self> {
+        config.validate()?;
+        let timing = LeaseTiming::new(config.lease_ttl, config.lease_margin, config.renew_interval)
+            .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
@@ -52,13 +49,11 @@ impl Application {
             .unwrap_or_else(|| format!("http://{}:{port}", config.listen.ip()));
 
         let pool_settings = PoolSettings {
-            size: config.pool_size,
-            wait: Duration::from_millis(config.pool_wait_ms),
-            statement_timeout: Duration::from_millis(config.statement_timeout_ms),
-            idle_in_transaction_timeout: Duration::from_millis(
-                config.idle_in_transaction_timeout_ms,
-            ),
-            lock_timeout: Duration::from_millis(config.lock_timeout_ms),
+            size: config.pool_size.get(),
+            wait: config.pool_wait,
+            statement_timeout: config.statement_timeout,
+            idle_in_transaction_timeout: config.idle_in_transaction_timeout,
+            lock_timeout: config.lock_timeout,
             application_name: format!("allocator:{}", config.replica_id),
         };
         let pool = build_pool(&config.database_url, &pool_settings)?;
@@ -88,19 +83,19 @@ impl Application {
         let (committer, _lanes) = Committer::spawn(
             pool.clone(),
             CommitSettings {
-                lanes: config.commit_lanes(),
-                max_partitions: config.group_max_partitions.max(1),
-                max_commands: config.batch_max.max(1) * 4,
-                pool_wait: Duration::from_millis(config.pool_wait_ms),
+                lanes: config.commit_lanes.get(),
+                max_partitions: config.group_max_partitions.get(),
+                max_commands: config.batch_max.get().saturating_mul(4),
+                pool_wait: config.pool_wait,
             },
         );
         let workers = Arc::new(WorkerContext {
             committer,
             replica_id: config.replica_id.clone(),
-            batch_max: config.batch_max.max(1),
-            queue_capacity: config.queue_capacity.max(1),
-            expiry_interval: Duration::from_millis(config.expiry_interval_ms.max(10)),
-            expiry_batch: config.expiry_batch.max(1),
+            batch_max: config.batch_max.get(),
+            queue_capacity: config.queue_capacity.get(),
+            expiry_interval: config.expiry_interval,
+            expiry_batch: config.expiry_batch.get() as i64,
         });
         let (hints, hint_task) = match &config.redis_url {
             Some(url) => {
@@ -114,7 +109,7 @@ impl Application {
             ManagerSettings {
                 replica_id: config.replica_id.clone(),
                 advertise_url: advertise_url.clone(),
-                campaign_interval: config.campaign_interval(),
+                campaign_interval: config.campaign_interval,
             },
             config.database_url.clone(),
             lease_pool,
@@ -127,10 +122,10 @@ impl Application {
         let settlement_task = settlement::spawn(
             SettlementSettings {
                 holder_id: config.replica_id.clone(),
-                window: config.settlement_window(),
-                grace: config.settlement_grace(),
-                poll_interval: config.settlement_window().min(Duration::from_secs(1)),
-                campaign_interval: config.campaign_interval(),
+                window: config.settlement_window,
+                grace: config.settlement_grace,
+                poll_interval: config.settlement_window.min(Duration::from_secs(1)),
+                campaign_interval: config.campaign_interval,
                 timing,
             },
             build_pool(
@@ -156,13 +151,13 @@ impl Application {
             pool,
             ownership: ownership.clone(),
             partition_count,
-            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            request_timeout: config.request_timeout,
             metrics,
             ready: ready_rx,
             shutdown: shutdown.clone(),
         });
         let server = HttpServer::new(move || api::app(state.clone()))
-            .workers(config.http_workers.max(1))
+            .workers(config.http_workers.get())
             .disable_signals()
             .shutdown_timeout(5)
             .listen(listener)?

@@ -1,9 +1,21 @@
-//! Command line and environment configuration. Every flag has an environment variable.
+//! Command line and runtime configuration.
+//!
+//! Every flag can also be set from the environment (`env` on every argument), because replicas
+//! run under orchestrators that configure through the environment. [`ServeArgs`] is the raw
+//! command line; [`AllocatorConfig`] is the validated runtime form with [`Duration`]s and non-zero
+//! counts. A value that cannot work (a zero pool, a renewal slower than the lease it renews) is
+//! refused at start with the flag and the environment variable named, never silently adjusted:
+//! an operator who typed `0` should learn that it is wrong, not run with something else.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
+
+/// Shortest hold-expiry sweep period: sweeping more often only spends transactions.
+pub const EXPIRY_INTERVAL_MIN: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,7 +33,7 @@ pub enum Command {
     /// Create or upgrade the schema and fix the partition count (idempotent).
     Migrate(MigrateArgs),
     /// Run an allocator replica.
-    Serve(Box<ServeConfig>),
+    Serve(Box<ServeArgs>),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -33,8 +45,9 @@ pub struct MigrateArgs {
     pub partitions: Option<u32>,
 }
 
+/// The `serve` command line as typed; [`AllocatorConfig::try_from`] validates it.
 #[derive(Debug, Clone, Args)]
-pub struct ServeConfig {
+pub struct ServeArgs {
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
     #[arg(long, env = "ALLOCATOR_LISTEN", default_value = "127.0.0.1:8080")]
@@ -54,10 +67,11 @@ pub struct ServeConfig {
     /// Lease duration granted by the database.
     #[arg(long, env = "ALLOCATOR_LEASE_TTL_MS", default_value_t = 5000)]
     pub lease_ttl_ms: u64,
-    /// Renewal period; default ttl / 3.
+    /// Renewal period; default ttl / 3. Must be shorter than ttl - margin.
     #[arg(long, env = "ALLOCATOR_RENEW_INTERVAL_MS")]
     pub renew_interval_ms: Option<u64>,
     /// Safety margin subtracted from the lease for the local deadline; also the stall budget.
+    /// Must be shorter than the ttl.
     #[arg(long, env = "ALLOCATOR_LEASE_MARGIN_MS", default_value_t = 1000)]
     pub lease_margin_ms: u64,
     /// Mean time between campaigns (±20 % jitter).
@@ -102,12 +116,12 @@ pub struct ServeConfig {
     /// Deadline for one request inside the replica.
     #[arg(long, env = "ALLOCATOR_REQUEST_TIMEOUT_MS", default_value_t = 5000)]
     pub request_timeout_ms: u64,
-    /// How often each owned partition sweeps overdue holds.
+    /// How often each owned partition sweeps overdue holds (at least 10 ms).
     #[arg(long, env = "ALLOCATOR_EXPIRY_INTERVAL_MS", default_value_t = 1000)]
     pub expiry_interval_ms: u64,
     /// Most holds expired per sweep transaction.
     #[arg(long, env = "ALLOCATOR_EXPIRY_BATCH", default_value_t = 100)]
-    pub expiry_batch: i64,
+    pub expiry_batch: u32,
     /// HTTP worker threads.
     #[arg(long, env = "ALLOCATOR_HTTP_WORKERS", default_value_t = 2)]
     pub http_workers: usize,
@@ -121,49 +135,203 @@ pub struct ServeConfig {
     pub settlement_grace_ms: Option<u64>,
 }
 
-impl ServeConfig {
-    pub fn lease_ttl(&self) -> Duration {
-        Duration::from_millis(self.lease_ttl_ms)
-    }
-    pub fn lease_margin(&self) -> Duration {
-        Duration::from_millis(self.lease_margin_ms)
-    }
-    pub fn renew_interval(&self) -> Duration {
-        Duration::from_millis(self.renew_interval_ms.unwrap_or(self.lease_ttl_ms / 3))
-    }
-    pub fn commit_lanes(&self) -> usize {
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        self.commit_lanes.unwrap_or(cpus.min(self.pool_size)).max(1)
-    }
-    pub fn campaign_interval(&self) -> Duration {
-        Duration::from_millis(self.campaign_interval_ms)
-    }
-    pub fn settlement_window(&self) -> Duration {
-        Duration::from_secs(self.settlement_window_secs)
-    }
-    pub fn settlement_grace(&self) -> Duration {
-        Duration::from_millis(
-            self.settlement_grace_ms
-                .unwrap_or(self.statement_timeout_ms + 2000),
-        )
-    }
+/// Validated runtime configuration of one replica.
+#[derive(Debug, Clone)]
+pub struct AllocatorConfig {
+    pub database_url: String,
+    pub listen: SocketAddr,
+    pub replica_id: String,
+    /// `None` advertises `http://<bound listen address>`.
+    pub advertise_url: Option<String>,
+    /// `None` runs without publishing hints.
+    pub redis_url: Option<String>,
+    pub lease_ttl: Duration,
+    pub renew_interval: Duration,
+    pub lease_margin: Duration,
+    pub campaign_interval: Duration,
+    pub pool_size: NonZeroUsize,
+    pub pool_wait: Duration,
+    pub statement_timeout: Duration,
+    pub idle_in_transaction_timeout: Duration,
+    pub lock_timeout: Duration,
+    pub commit_lanes: NonZeroUsize,
+    pub group_max_partitions: NonZeroUsize,
+    pub batch_max: NonZeroUsize,
+    pub queue_capacity: NonZeroUsize,
+    pub request_timeout: Duration,
+    pub expiry_interval: Duration,
+    pub expiry_batch: NonZeroUsize,
+    pub http_workers: NonZeroUsize,
+    pub settlement_window: Duration,
+    /// Longer than `statement_timeout`: a confirmation is stamped with its statement's start and
+    /// may commit up to that much later, so only then is a window closed.
+    pub settlement_grace: Duration,
+}
 
-    /// Defaults for tests and embedding: everything but the identity and database.
-    pub fn for_tests(database_url: &str, replica_id: &str) -> Self {
-        let cli = Cli::try_parse_from([
-            "allocator",
-            "serve",
-            "--database-url",
-            database_url,
-            "--listen",
-            "127.0.0.1:0",
-            "--replica-id",
-            replica_id,
-        ])
-        .expect("static arguments parse");
-        match cli.command {
-            Command::Serve(config) => *config,
-            Command::Migrate(_) => unreachable!(),
-        }
+/// A flag and the environment variable that sets it, for error messages.
+struct Flag {
+    flag: &'static str,
+    env: &'static str,
+}
+
+impl std::fmt::Display for Flag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--{} ({})", self.flag, self.env)
     }
 }
+
+const fn flag(flag: &'static str, env: &'static str) -> Flag {
+    Flag { flag, env }
+}
+
+const LEASE_TTL: Flag = flag("lease-ttl-ms", "ALLOCATOR_LEASE_TTL_MS");
+const RENEW_INTERVAL: Flag = flag("renew-interval-ms", "ALLOCATOR_RENEW_INTERVAL_MS");
+const LEASE_MARGIN: Flag = flag("lease-margin-ms", "ALLOCATOR_LEASE_MARGIN_MS");
+const CAMPAIGN_INTERVAL: Flag = flag("campaign-interval-ms", "ALLOCATOR_CAMPAIGN_INTERVAL_MS");
+const POOL_SIZE: Flag = flag("pool-size", "ALLOCATOR_POOL_SIZE");
+const POOL_WAIT: Flag = flag("pool-wait-ms", "ALLOCATOR_POOL_WAIT_MS");
+const STATEMENT_TIMEOUT: Flag = flag("statement-timeout-ms", "ALLOCATOR_STATEMENT_TIMEOUT_MS");
+const IDLE_IN_TX_TIMEOUT: Flag = flag(
+    "idle-in-transaction-timeout-ms",
+    "ALLOCATOR_IDLE_IN_TX_TIMEOUT_MS",
+);
+const LOCK_TIMEOUT: Flag = flag("lock-timeout-ms", "ALLOCATOR_LOCK_TIMEOUT_MS");
+const COMMIT_LANES: Flag = flag("commit-lanes", "ALLOCATOR_COMMIT_LANES");
+const GROUP_MAX_PARTITIONS: Flag = flag("group-max-partitions", "ALLOCATOR_GROUP_MAX_PARTITIONS");
+const BATCH_MAX: Flag = flag("batch-max", "ALLOCATOR_BATCH_MAX");
+const QUEUE_CAPACITY: Flag = flag("queue-capacity", "ALLOCATOR_QUEUE_CAPACITY");
+const REQUEST_TIMEOUT: Flag = flag("request-timeout-ms", "ALLOCATOR_REQUEST_TIMEOUT_MS");
+const EXPIRY_INTERVAL: Flag = flag("expiry-interval-ms", "ALLOCATOR_EXPIRY_INTERVAL_MS");
+const EXPIRY_BATCH: Flag = flag("expiry-batch", "ALLOCATOR_EXPIRY_BATCH");
+const HTTP_WORKERS: Flag = flag("http-workers", "ALLOCATOR_HTTP_WORKERS");
+const REPLICA_ID: Flag = flag("replica-id", "ALLOCATOR_REPLICA_ID");
+const SETTLEMENT_WINDOW: Flag = flag("settlement-window-secs", "ALLOCATOR_SETTLEMENT_WINDOW_SECS");
+const SETTLEMENT_GRACE: Flag = flag("settlement-grace-ms", "ALLOCATOR_SETTLEMENT_GRACE_MS");
+
+fn non_zero(value: usize, flag: Flag) -> Result<NonZeroUsize> {
+    NonZeroUsize::new(value).ok_or_else(|| anyhow::anyhow!("{flag} must be at least 1, got 0"))
+}
+
+impl TryFrom<ServeArgs> for AllocatorConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(args: ServeArgs) -> Result<Self> {
+        let ms = Duration::from_millis;
+        let pool_size = non_zero(args.pool_size, POOL_SIZE)?;
+        let commit_lanes = match args.commit_lanes {
+            Some(lanes) => non_zero(lanes, COMMIT_LANES)?,
+            // More lanes than cores only add contention, and a lane beyond the pool size could
+            // never get a connection while the others run.
+            None => std::thread::available_parallelism()
+                .unwrap_or(NonZeroUsize::MIN)
+                .min(pool_size),
+        };
+        let config = AllocatorConfig {
+            database_url: args.database_url,
+            listen: args.listen,
+            replica_id: args.replica_id,
+            advertise_url: args.advertise_url.filter(|u| !u.is_empty()),
+            redis_url: args.redis_url.filter(|u| !u.is_empty()),
+            lease_ttl: ms(args.lease_ttl_ms),
+            // A third of the lease: two renewals may fail and the third still lands in time.
+            renew_interval: ms(args.renew_interval_ms.unwrap_or(args.lease_ttl_ms / 3)),
+            lease_margin: ms(args.lease_margin_ms),
+            campaign_interval: ms(args.campaign_interval_ms),
+            pool_size,
+            pool_wait: ms(args.pool_wait_ms),
+            statement_timeout: ms(args.statement_timeout_ms),
+            idle_in_transaction_timeout: ms(args.idle_in_transaction_timeout_ms),
+            lock_timeout: ms(args.lock_timeout_ms),
+            commit_lanes,
+            group_max_partitions: non_zero(args.group_max_partitions, GROUP_MAX_PARTITIONS)?,
+            batch_max: non_zero(args.batch_max, BATCH_MAX)?,
+            queue_capacity: non_zero(args.queue_capacity, QUEUE_CAPACITY)?,
+            request_timeout: ms(args.request_timeout_ms),
+            expiry_interval: ms(args.expiry_interval_ms),
+            expiry_batch: non_zero(args.expiry_batch as usize, EXPIRY_BATCH)?,
+            http_workers: non_zero(args.http_workers, HTTP_WORKERS)?,
+            settlement_window: Duration::from_secs(args.settlement_window_secs),
+            settlement_grace: ms(args
+                .settlement_grace_ms
+                .unwrap_or(args.statement_timeout_ms + 2000)),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+impl AllocatorConfig {
+    /// Check what the types cannot: positive durations and the relations the lease protocol
+    /// relies on. [`crate::app::Application::build`] calls it again, so a configuration changed
+    /// after parsing is checked too.
+    pub fn validate(&self) -> Result<()> {
+        if self.replica_id.is_empty() {
+            bail!("{REPLICA_ID} must not be empty");
+        }
+        let positive = [
+            (LEASE_TTL, self.lease_ttl),
+            (RENEW_INTERVAL, self.renew_interval),
+            (CAMPAIGN_INTERVAL, self.campaign_interval),
+            (POOL_WAIT, self.pool_wait),
+            (STATEMENT_TIMEOUT, self.statement_timeout),
+            (IDLE_IN_TX_TIMEOUT, self.idle_in_transaction_timeout),
+            (LOCK_TIMEOUT, self.lock_timeout),
+            (REQUEST_TIMEOUT, self.request_timeout),
+            (SETTLEMENT_WINDOW, self.settlement_window),
+        ];
+        for (flag, value) in positive {
+            if value.is_zero() {
+                bail!("{flag} must be positive, got 0");
+            }
+        }
+        // The local deadline is `t0 + ttl - margin`: a margin as long as the lease leaves no
+        // time in which the replica may write.
+        if self.lease_margin >= self.lease_ttl {
+            bail!(
+                "{LEASE_MARGIN} ({} ms) must be shorter than {LEASE_TTL} ({} ms)",
+                self.lease_margin.as_millis(),
+                self.lease_ttl.as_millis()
+            );
+        }
+        // A renewal must land before the local deadline, or every lease is lost between two
+        // renewals.
+        if self.renew_interval >= self.lease_ttl - self.lease_margin {
+            bail!(
+                "{RENEW_INTERVAL} ({} ms) must be shorter than {LEASE_TTL} minus {LEASE_MARGIN} \
+                 ({} ms)",
+                self.renew_interval.as_millis(),
+                (self.lease_ttl - self.lease_margin).as_millis()
+            );
+        }
+        if self.expiry_interval < EXPIRY_INTERVAL_MIN {
+            bail!(
+                "{EXPIRY_INTERVAL} must be at least {} ms, got {} ms",
+                EXPIRY_INTERVAL_MIN.as_millis(),
+                self.expiry_interval.as_millis()
+            );
+        }
+        // A window closed before every statement stamped inside it has committed could miss a
+        // confirmation that commits later.
+        if self.settlement_grace <= self.statement_timeout {
+            bail!(
+                "{SETTLEMENT_GRACE} ({} ms) must be longer than {STATEMENT_TIMEOUT} ({} ms)",
+                self.settlement_grace.as_millis(),
+                self.statement_timeout.as_millis()
+            );
+        }
+        // Each lane holds a pooled connection while its transaction runs.
+        if self.commit_lanes > self.pool_size {
+            bail!(
+                "{COMMIT_LANES} ({}) must not exceed {POOL_SIZE} ({}): each lane holds a pooled \
+                 connection while it commits",
+                self.commit_lanes,
+                self.pool_size
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

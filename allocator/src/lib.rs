@@ -36,6 +36,7 @@ pub mod job;
 pub mod lease;
 pub mod metrics;
 pub mod replica;
+pub mod request_id;
 pub mod settlement;
 pub mod signals;
 pub mod telemetry;

@@ -1,5 +1,5 @@
 use allocator::app::Application;
-use allocator::config::{Cli, Command};
+use allocator::config::{AllocatorConfig, Cli, Command};
 use clap::Parser;
 
 #[tokio::main]
@@ -23,8 +23,9 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Serve(config) => {
-            let app = Application::build(*config).await?;
+        Command::Serve(args) => {
+            let config = AllocatorConfig::try_from(*args)?;
+            let app = Application::build(config).await?;
             let shutdown = app.shutdown_token();
             tokio::spawn(async move {
                 allocator::signals::wait_for_shutdown_signal().await;

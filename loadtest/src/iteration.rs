@@ -6,7 +6,9 @@
 use std::time::Instant;
 
 use rand::Rng;
-use schema::wire::{OrderLine, OrderRequest, Reservation, ReservationStatus, ReserveRequest};
+use schema::wire::{
+    InvalidValue, OrderLine, OrderRequest, Reservation, ReservationStatus, ReserveRequest,
+};
 use serde::Deserialize;
 
 use crate::client::{Api, Final};
@@ -112,6 +114,13 @@ pub async fn iterate<R: Rng + ?Sized>(
     record
 }
 
+/// A request value the load generator derives from what it checked at start (the SKU range,
+/// the id scheme, quantity and ttl: see `main.rs`), as the wire type. A refusal here is a bug in
+/// those start checks, not bad input.
+pub fn checked<V, T: TryFrom<V, Error = InvalidValue>>(value: V) -> T {
+    T::try_from(value).unwrap_or_else(|e| panic!("a value checked at start was refused: {e}"))
+}
+
 /// A single reservation. Returns the hold (sku index, id) when it is held.
 async fn reserve<R: Rng + ?Sized>(
     api: &Api,
@@ -125,10 +134,10 @@ async fn reserve<R: Rng + ?Sized>(
     let k = picker.pick(rng);
     record.attempted.push(k);
     let request = ReserveRequest {
-        reservation_id: reservation_id.clone(),
-        sku: sku_name(&c.prefix, k),
-        quantity: c.quantity,
-        ttl_seconds: Some(c.ttl_seconds),
+        reservation_id: checked(reservation_id.clone()),
+        sku: checked(sku_name(&c.prefix, k)),
+        quantity: checked(c.quantity),
+        ttl_seconds: Some(checked(c.ttl_seconds)),
     };
     let mut trace = OpTrace::default();
     let outcome = api
@@ -199,11 +208,11 @@ async fn order<R: Rng + ?Sized>(
         lines: picks
             .iter()
             .map(|&k| OrderLine {
-                sku: sku_name(&c.prefix, k),
-                quantity: c.quantity,
+                sku: checked(sku_name(&c.prefix, k)),
+                quantity: checked(c.quantity),
             })
             .collect(),
-        ttl_seconds: Some(c.ttl_seconds),
+        ttl_seconds: Some(checked(c.ttl_seconds)),
     };
     let path = format!("/v1/orders/{}/reservations", encode_segment(order_id));
     let mut trace = OpTrace::default();

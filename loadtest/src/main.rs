@@ -30,7 +30,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
-use schema::wire::{limits, validate};
+use schema::wire::{limits, Quantity, ReservationId, Sku, TtlSeconds};
 
 use crate::client::{Api, RetryPolicy};
 use crate::report::RunConfig;
@@ -207,7 +207,7 @@ impl Common {
         }
         // The longest name is the last one.
         for k in [0, self.skus - 1] {
-            validate::sku(&iteration::sku_name(&self.prefix, k))
+            Sku::try_from(iteration::sku_name(&self.prefix, k))
                 .map_err(|e| anyhow::anyhow!("--prefix {:?}: {e}", self.prefix))?;
         }
         if self.request_timeout_ms == 0 || self.retry_deadline_ms == 0 {
@@ -297,9 +297,8 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
     if !(1..=limits::ORDER_LINES_MAX).contains(&args.order_lines) {
         bail!("--order-lines must be in 1..={}", limits::ORDER_LINES_MAX);
     }
-    validate::quantity(args.quantity).map_err(|e| anyhow::anyhow!("--quantity: {e}"))?;
-    validate::ttl_seconds(Some(args.ttl_seconds))
-        .map_err(|e| anyhow::anyhow!("--ttl-seconds: {e}"))?;
+    Quantity::try_from(args.quantity).map_err(|e| anyhow::anyhow!("--quantity: {e}"))?;
+    TtlSeconds::try_from(args.ttl_seconds).map_err(|e| anyhow::anyhow!("--ttl-seconds: {e}"))?;
     let ratio_ok = |r: f64| r.is_finite() && (0.0..=1.0).contains(&r);
     if !ratio_ok(args.confirm_ratio)
         || !ratio_ok(args.release_ratio)
@@ -320,15 +319,12 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
         bail!("--requests must be at least 1");
     }
     let run_id = args.run_id.clone().unwrap_or_else(default_run_id);
-    validate::id(
-        "reservation_id",
-        &format!(
-            "{run_id}-w{}-{}-o:{}",
-            args.concurrency,
-            u64::MAX,
-            args.order_lines
-        ),
-    )
+    ReservationId::try_from(format!(
+        "{run_id}-w{}-{}-o:{}",
+        args.concurrency,
+        u64::MAX,
+        args.order_lines
+    ))
     .map_err(|e| anyhow::anyhow!("--run-id: {e}"))?;
     let picker = SkuPicker::new(args.skew, common.skus).map_err(anyhow::Error::msg)?;
     let config = RunConfig {
@@ -390,7 +386,7 @@ fn cmd_partitions(args: PartitionsArgs) -> anyhow::Result<bool> {
     if args.skus == 0 || args.partitions == 0 {
         bail!("--skus and --partitions must be at least 1");
     }
-    validate::sku(&iteration::sku_name(&args.prefix, args.skus - 1))
+    Sku::try_from(iteration::sku_name(&args.prefix, args.skus - 1))
         .map_err(|e| anyhow::anyhow!("--prefix {:?}: {e}", args.prefix))?;
     use std::io::Write as _;
     let csv = seed::partitions_csv(&args.prefix, args.skus, args.partitions);

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::check::{check_sku, Counts, SkuCheck};
 use crate::client::{Api, Final};
-use crate::iteration::sku_name;
+use crate::iteration::{checked, sku_name};
 use crate::report::fmt_counts;
 use crate::run::fetch_inventories;
 use crate::stats::{bump, OpTrace, SkuTally};
@@ -86,8 +86,8 @@ pub async fn seed(p: SeedParams) -> SeedReport {
             let mut trace = OpTrace::default();
             let mut rng = StdRng::seed_from_u64(k as u64);
             let body = AdjustmentRequest {
-                adjustment_id: format!("seed-{sku}-{stock}"),
-                delta: stock,
+                adjustment_id: checked(format!("seed-{sku}-{stock}")),
+                delta: checked(stock),
             };
             let outcome = match api
                 .post_json(

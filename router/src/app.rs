@@ -174,6 +174,7 @@ impl Application {
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .wrap_fn(crate::request_id::middleware)
                 .configure(routes::configure)
                 .default_service(web::to(routes::not_found))
         })

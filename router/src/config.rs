@@ -167,12 +167,27 @@ impl RouterConfig {
 
     pub fn validate(&self) -> Result<()> {
         let positive = [
-            ("poll interval", self.poll_interval),
-            ("retry deadline", self.retry_deadline),
-            ("backoff base", self.backoff_base),
-            ("upstream connect timeout", self.upstream_connect_timeout),
-            ("upstream request timeout", self.upstream_request_timeout),
-            ("db timeout", self.db_timeout),
+            (
+                "--poll-interval-ms (ROUTER_POLL_INTERVAL_MS)",
+                self.poll_interval,
+            ),
+            (
+                "--retry-deadline-ms (ROUTER_RETRY_DEADLINE_MS)",
+                self.retry_deadline,
+            ),
+            (
+                "--backoff-base-ms (ROUTER_BACKOFF_BASE_MS)",
+                self.backoff_base,
+            ),
+            (
+                "--upstream-connect-timeout-ms (ROUTER_UPSTREAM_CONNECT_TIMEOUT_MS)",
+                self.upstream_connect_timeout,
+            ),
+            (
+                "--upstream-request-timeout-ms (ROUTER_UPSTREAM_REQUEST_TIMEOUT_MS)",
+                self.upstream_request_timeout,
+            ),
+            ("--db-timeout-ms (ROUTER_DB_TIMEOUT_MS)", self.db_timeout),
             ("feed reconnect max", self.feed_reconnect_max),
             ("feed ping interval", self.feed_ping_interval),
         ];
@@ -182,23 +197,30 @@ impl RouterConfig {
             }
         }
         if self.backoff_max < self.backoff_base {
-            bail!("backoff max must be at least backoff base");
+            bail!(
+                "--backoff-max-ms (ROUTER_BACKOFF_MAX_MS) must be at least --backoff-base-ms \
+                 (ROUTER_BACKOFF_BASE_MS)"
+            );
         }
         if self.upstream_request_timeout < self.allocator_request_timeout + ALLOCATOR_ANSWER_SLACK {
             bail!(
-                "upstream request timeout ({} ms) must be at least the allocators' request \
-                 deadline ({} ms) plus {} ms: a shorter attempt is abandoned and retried while the \
-                 owner still works on it",
+                "--upstream-request-timeout-ms (ROUTER_UPSTREAM_REQUEST_TIMEOUT_MS, {} ms) must \
+                 be at least the allocators' request deadline (ALLOCATOR_REQUEST_TIMEOUT_MS, {} \
+                 ms) plus {} ms: a shorter attempt is abandoned and retried while the owner still \
+                 works on it",
                 self.upstream_request_timeout.as_millis(),
                 self.allocator_request_timeout.as_millis(),
                 ALLOCATOR_ANSWER_SLACK.as_millis()
             );
         }
-        if self.db_pool_size == 0 || self.orders_db_pool_size == 0 {
-            bail!("db pool sizes must be positive");
+        if self.db_pool_size == 0 {
+            bail!("--db-pool-size (ROUTER_DB_POOL_SIZE) must be at least 1, got 0");
+        }
+        if self.orders_db_pool_size == 0 {
+            bail!("--orders-db-pool-size (ROUTER_ORDERS_DB_POOL_SIZE) must be at least 1, got 0");
         }
         if self.workers == Some(0) {
-            bail!("workers must be positive");
+            bail!("--workers (ROUTER_WORKERS) must be at least 1, got 0");
         }
         Ok(())
     }
@@ -282,6 +304,14 @@ mod tests {
     fn rejects_zero_durations() {
         let mut config = RouterConfig::new("postgres://x/y");
         config.retry_deadline = Duration::ZERO;
-        assert!(config.validate().is_err());
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("--retry-deadline-ms") && err.contains("ROUTER_RETRY_DEADLINE_MS"),
+            "{err}"
+        );
+        let mut config = RouterConfig::new("postgres://x/y");
+        config.db_pool_size = 0;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("ROUTER_DB_POOL_SIZE"), "{err}");
     }
 }

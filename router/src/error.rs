@@ -7,7 +7,7 @@
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
-use schema::wire::{problem_type, Problem, PROBLEM_CONTENT_TYPE};
+use schema::wire::{Problem, ProblemType, PROBLEM_CONTENT_TYPE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouterError {
@@ -44,38 +44,21 @@ pub enum RouterError {
 }
 
 impl RouterError {
-    /// The problem document for this error.
+    /// The problem document for this error; type and title come from [`ProblemType`], so they
+    /// read the same as the allocator's.
     pub fn problem(&self) -> Problem {
         let status = self.status_code().as_u16();
         match self {
-            RouterError::InvalidRequest(detail) => Problem {
-                kind: problem_type::INVALID_REQUEST.to_owned(),
-                title: "invalid request".to_owned(),
-                status,
-                detail: Some(detail.clone()),
-                ..Problem::default()
-            },
-            RouterError::PayloadTooLarge(_) => Problem {
-                kind: problem_type::INVALID_REQUEST.to_owned(),
-                title: "request body too large".to_owned(),
-                status,
-                detail: Some(self.to_string()),
-                ..Problem::default()
-            },
-            RouterError::NotFound(detail) => Problem {
-                kind: problem_type::NOT_FOUND.to_owned(),
-                title: "not found".to_owned(),
-                status,
-                detail: Some(detail.clone()),
-                ..Problem::default()
-            },
+            RouterError::InvalidRequest(detail) => {
+                Problem::new(ProblemType::InvalidRequest, detail)
+            }
+            RouterError::PayloadTooLarge(_) => {
+                Problem::new(ProblemType::InvalidRequest, self.to_string())
+            }
+            RouterError::NotFound(detail) => Problem::new(ProblemType::NotFound, detail),
             RouterError::Storage(detail) => Problem {
-                kind: problem_type::STORAGE_UNAVAILABLE.to_owned(),
-                title: "routing storage unavailable".to_owned(),
-                status,
-                detail: Some(detail.clone()),
                 outcome_unknown: Some(false),
-                ..Problem::default()
+                ..Problem::new(ProblemType::StorageUnavailable, detail)
             },
             RouterError::Upstream {
                 outcome_unknown,
@@ -83,22 +66,13 @@ impl RouterError {
                 detail,
                 ..
             } => Problem {
-                kind: problem_type::UPSTREAM_UNAVAILABLE.to_owned(),
-                title: "upstream unavailable".to_owned(),
-                status,
-                detail: Some(detail.clone()),
                 partition: *partition,
                 outcome_unknown: Some(*outcome_unknown),
-                ..Problem::default()
+                ..Problem::new(ProblemType::UpstreamUnavailable, detail)
             },
-            RouterError::Internal(detail) => Problem {
-                kind: problem_type::INTERNAL.to_owned(),
-                title: "internal error".to_owned(),
-                status,
-                detail: Some(detail.clone()),
-                ..Problem::default()
-            },
+            RouterError::Internal(detail) => Problem::new(ProblemType::Internal, detail),
         }
+        .with_status(status)
     }
 }
 
@@ -137,13 +111,14 @@ pub fn problem_response<T: serde::Serialize>(
         // Serialising plain structs cannot fail; answer something well-formed anyway.
         Err(_) => HttpResponse::InternalServerError()
             .insert_header((header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE))
-            .body(r#"{"type":"urn:allocator:problem:internal","title":"internal error","status":500}"#),
+            .body(r#"{"type":"urn:allocator:problem:internal","title":"Internal error","status":500}"#),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use schema::wire::problem_type;
 
     #[test]
     fn upstream_problem_carries_outcome_unknown() {

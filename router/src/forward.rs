@@ -26,6 +26,7 @@ use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use schema::wire::{
     Problem, HEADER_ASSIGNMENT_REVISION, HEADER_EPOCH, HEADER_EXPECTED_EPOCH, HEADER_REPLAYED,
+    HEADER_REQUEST_ID,
 };
 use serde::de::DeserializeOwned;
 
@@ -37,9 +38,15 @@ use crate::retry::{give_up_status, AttemptFailure, Backoff};
 /// Response header naming the allocator replica that answered (for operators and tests).
 pub const HEADER_SERVED_BY: &str = "X-Served-By";
 
-/// Upstream response headers passed through to the client.
-const PASSTHROUGH_HEADERS: &[&str] =
-    &["content-type", HEADER_REPLAYED, "retry-after", HEADER_EPOCH];
+/// Upstream response headers passed through to the client. The owner's echo of the request id
+/// shows the client (and tests) that the id reached the owner.
+const PASSTHROUGH_HEADERS: &[&str] = &[
+    "content-type",
+    HEADER_REPLAYED,
+    "retry-after",
+    HEADER_EPOCH,
+    HEADER_REQUEST_ID,
+];
 
 /// How far back a completed map read still counts as fresh after a connect error, timeout or
 /// `503` (a `421` always asks for a read started after it).
@@ -302,6 +309,9 @@ impl Forwarder {
             .timeout(timeout)
             .header(HEADER_ASSIGNMENT_REVISION, route.map_revision.to_string())
             .header(HEADER_EXPECTED_EPOCH, route.epoch.to_string());
+        if let Some(id) = crate::request_id::current() {
+            builder = builder.header(HEADER_REQUEST_ID, id.as_str());
+        }
         if let Some(body) = &req.body {
             builder = builder
                 .header(reqwest::header::CONTENT_TYPE, "application/json")

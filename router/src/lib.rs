@@ -32,6 +32,7 @@ pub mod forward;
 pub mod metrics;
 pub mod orders;
 pub mod poll;
+pub mod request_id;
 pub mod retry;
 pub mod routes;
 pub mod signals;

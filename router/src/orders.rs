@@ -54,7 +54,8 @@
 
 use futures::StreamExt;
 use schema::wire::{
-    limits, validate, OrderRequest, Problem, Reservation, ReservationStatus, ReserveRequest,
+    limits, validate, OrderRequest, Problem, Quantity, Reservation, ReservationId,
+    ReservationStatus, ReserveRequest, Sku,
 };
 use serde::Serialize;
 
@@ -81,7 +82,8 @@ pub fn line_reservation_id(order_id: &str, index: usize) -> String {
     format!("{order_id}:{index}")
 }
 
-/// Validate an order; returns nothing but the first problem found.
+/// Check what the order's types cannot: the order id and the number of lines (each line's SKU
+/// and quantity, and the ttl, were parsed with the body). Returns the first problem found.
 pub fn validate_order(order_id: &str, order: &OrderRequest) -> Result<(), String> {
     validate::id("order_id", order_id)?;
     if order_id.len() > ORDER_ID_MAX_LEN {
@@ -93,11 +95,6 @@ pub fn validate_order(order_id: &str, order: &OrderRequest) -> Result<(), String
             limits::ORDER_LINES_MAX
         ));
     }
-    for (i, line) in order.lines.iter().enumerate() {
-        validate::sku(&line.sku).map_err(|e| format!("lines[{i}]: {e}"))?;
-        validate::quantity(line.quantity).map_err(|e| format!("lines[{i}]: {e}"))?;
-    }
-    validate::ttl_seconds(order.ttl_seconds)?;
     Ok(())
 }
 
@@ -146,8 +143,8 @@ pub enum Compensation {
 #[derive(Debug, Clone, Serialize)]
 pub struct LineReport {
     pub index: usize,
-    pub sku: String,
-    pub quantity: i64,
+    pub sku: Sku,
+    pub quantity: Quantity,
     pub reservation_id: String,
     pub outcome: LineOutcome,
     /// The reservation's status after the reserve step, when known.
@@ -285,13 +282,19 @@ where
     // Reserve phase.
     let reserves: Vec<Result<UpstreamResponse, RouterError>> =
         futures::stream::iter(lines.iter().zip(&partitions).map(|(line, &partition)| {
-            let request = ReserveRequest {
-                reservation_id: line.reservation_id.clone(),
-                sku: line.sku.clone(),
-                quantity: line.quantity,
-                ttl_seconds: order.ttl_seconds,
-            };
+            // Never refused: a valid order id and line index make a valid reservation id.
+            let request =
+                ReservationId::try_from(line.reservation_id.as_str()).map(|reservation_id| {
+                    ReserveRequest {
+                        reservation_id,
+                        sku: line.sku.clone(),
+                        quantity: line.quantity,
+                        ttl_seconds: order.ttl_seconds,
+                    }
+                });
             async move {
+                let request = request
+                    .map_err(|e| RouterError::Internal(format!("line reservation id: {e}")))?;
                 let req = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
                     .reservation(&request.reservation_id)
                     .json(&request)?;
@@ -404,9 +407,9 @@ mod tests {
 
     #[test]
     fn validates_order_bounds() {
-        let line = |sku: &str, quantity| OrderLine {
-            sku: sku.to_owned(),
-            quantity,
+        let line = |sku: &str, quantity: i64| OrderLine {
+            sku: Sku::try_from(sku).unwrap(),
+            quantity: Quantity::try_from(quantity).unwrap(),
         };
         let order = |lines| OrderRequest {
             lines,
@@ -421,11 +424,15 @@ mod tests {
         assert!(validate_order(&"o".repeat(201), &order(vec![line("a", 1)])).is_err());
         assert!(validate_order(&"o".repeat(200), &order(vec![line("a", 1)])).is_ok());
         assert!(validate_order("", &order(vec![line("a", 1)])).is_err());
-        let err = validate_order("o", &order(vec![line("a", 1), line("bad sku", 1)])).unwrap_err();
-        assert!(err.starts_with("lines[1]"), "{err}");
-        assert!(validate_order("o", &order(vec![line("a", 0)])).is_err());
-        let mut o = order(vec![line("a", 1)]);
-        o.ttl_seconds = Some(0);
-        assert!(validate_order("o", &o).is_err());
+        // A bad SKU, quantity or ttl cannot get this far: the body is refused as it is parsed.
+        let body = r#"{"lines":[{"sku":"a","quantity":1},{"sku":"bad sku","quantity":1}]}"#;
+        let err = serde_json::from_str::<OrderRequest>(body)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("lines[1]: sku"), "{err}");
+        let body = r#"{"lines":[{"sku":"a","quantity":0}]}"#;
+        assert!(serde_json::from_str::<OrderRequest>(body).is_err());
+        let body = r#"{"lines":[{"sku":"a","quantity":1}],"ttl_seconds":0}"#;
+        assert!(serde_json::from_str::<OrderRequest>(body).is_err());
     }
 }

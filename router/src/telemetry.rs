@@ -13,8 +13,9 @@ pub fn try_init() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .json()
-        .with_current_span(false)
+        .with_current_span(true)
+        .with_span_list(false)
         .with_env_filter(filter)
-        .with_writer(std::io::stdout)
+        .with_writer(std::io::stderr)
         .try_init()
 }

@@ -6,6 +6,16 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+mod problem;
+mod request_id;
+mod values;
+
+pub use problem::ProblemType;
+pub use request_id::{RequestId, REQUEST_ID_MAX_LEN};
+pub use values::{
+    rule_violation, AdjustmentId, Delta, InvalidValue, Quantity, ReservationId, Sku, TtlSeconds,
+};
+
 /// Set on a `200` that replays an earlier outcome of the same reservation or adjustment id.
 pub const HEADER_REPLAYED: &str = "Idempotent-Replayed";
 /// The assignment revision the router routed by; lets an allocator tell a stale router apart.
@@ -14,6 +24,10 @@ pub const HEADER_ASSIGNMENT_REVISION: &str = "X-Assignment-Revision";
 pub const HEADER_EXPECTED_EPOCH: &str = "X-Expected-Epoch";
 /// Set by the allocator on every answer about a partition: the epoch it served under.
 pub const HEADER_EPOCH: &str = "X-Partition-Epoch";
+/// Correlates one client request across the router's and the allocators' logs: the router takes
+/// the client's (1–128 visible ASCII characters) or makes one, forwards it on every upstream
+/// attempt, and both services echo it on the response.
+pub const HEADER_REQUEST_ID: &str = "X-Request-Id";
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
@@ -33,11 +47,12 @@ pub mod limits {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ReserveRequest {
-    pub reservation_id: String,
-    pub sku: String,
-    pub quantity: i64,
+    pub reservation_id: ReservationId,
+    pub sku: Sku,
+    pub quantity: Quantity,
+    /// `None` holds for [`TtlSeconds::DEFAULT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds: Option<u32>,
+    pub ttl_seconds: Option<TtlSeconds>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -85,8 +100,8 @@ pub struct Inventory {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AdjustmentRequest {
-    pub adjustment_id: String,
-    pub delta: i64,
+    pub adjustment_id: AdjustmentId,
+    pub delta: Delta,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -154,16 +169,18 @@ pub struct SettlementStatus {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct OrderLine {
-    pub sku: String,
-    pub quantity: i64,
+    pub sku: Sku,
+    pub quantity: Quantity,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct OrderRequest {
+    /// A refused value names its line (`lines[2]: quantity must be ...`).
+    #[serde(deserialize_with = "values::numbered_lines")]
     pub lines: Vec<OrderLine>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds: Option<u32>,
+    pub ttl_seconds: Option<TtlSeconds>,
 }
 
 /// RFC 9457 problem details. `kind` is serialised as `type`; the optional members carry what a
@@ -212,7 +229,9 @@ pub mod problem_type {
     pub const INTERNAL: &str = "urn:allocator:problem:internal";
 }
 
-/// Validation shared by allocator and router so both refuse the same input with the same words.
+/// The rules behind [`Sku`], [`ReservationId`], [`AdjustmentId`], [`Quantity`], [`TtlSeconds`]
+/// and [`Delta`]: one place, so allocator, router and load generator refuse the same input with
+/// the same words. Services parse into those types instead of calling these.
 pub mod validate {
     use super::limits::*;
 
@@ -264,29 +283,5 @@ pub mod validate {
             ));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::validate;
-
-    #[test]
-    fn delta_bounds_do_not_overflow() {
-        assert!(validate::delta(i64::MIN).is_err());
-        assert!(validate::delta(i64::MAX).is_err());
-        assert!(validate::delta(0).is_err());
-        assert!(validate::delta(-1_000_000_000).is_ok());
-        assert!(validate::delta(1_000_000_001).is_err());
-    }
-
-    #[test]
-    fn sku_and_id_rules() {
-        assert!(validate::sku("a.b_c:d-9").is_ok());
-        assert!(validate::sku("a b").is_err());
-        assert!(validate::sku("é").is_err());
-        assert!(validate::id("reservation_id", &"x".repeat(255)).is_ok());
-        assert!(validate::id("reservation_id", &"x".repeat(256)).is_err());
-        assert!(validate::id("reservation_id", "tab\there").is_err());
     }
 }

@@ -5,25 +5,24 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use super::{ApiError, AppState};
 use crate::fenced::{Command, Outcome};
 use schema::partition::partition_for;
-use schema::wire::{validate, AdjustmentRequest, Inventory, HEADER_EPOCH, HEADER_REPLAYED};
+use schema::wire::{AdjustmentRequest, Inventory, Sku, HEADER_EPOCH, HEADER_REPLAYED};
 
 pub async fn get(
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<Sku>,
 ) -> Result<HttpResponse, ApiError> {
     let sku = path.into_inner();
-    validate::sku(&sku).map_err(ApiError::InvalidRequest)?;
     let client = state.pool.get().await?;
     let row = client
         .query_opt(
             "SELECT partition, on_hand, available, held, confirmed, highest_epoch
                FROM inventory WHERE sku = $1",
-            &[&sku],
+            &[&sku.as_str()],
         )
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("sku {sku} is not stocked")))?;
     Ok(HttpResponse::Ok().json(Inventory {
-        sku,
+        sku: sku.into_string(),
         partition: row.get::<_, i32>(0) as u32,
         on_hand: row.get(1),
         available: row.get(2),
@@ -36,19 +35,16 @@ pub async fn get(
 pub async fn adjust(
     state: web::Data<AppState>,
     request: HttpRequest,
-    path: web::Path<String>,
+    path: web::Path<Sku>,
     body: web::Json<AdjustmentRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let sku = path.into_inner();
     let body = body.into_inner();
-    validate::sku(&sku).map_err(ApiError::InvalidRequest)?;
-    validate::id("adjustment_id", &body.adjustment_id).map_err(ApiError::InvalidRequest)?;
-    validate::delta(body.delta).map_err(ApiError::InvalidRequest)?;
-    let partition = partition_for(&sku, state.partition_count);
+    let partition = partition_for(sku.as_str(), state.partition_count);
     let command = Command::Adjust {
-        adjustment_id: body.adjustment_id,
-        sku,
-        delta: body.delta,
+        adjustment_id: body.adjustment_id.into_string(),
+        sku: sku.into_string(),
+        delta: body.delta.get(),
     };
     let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
     match outcome {

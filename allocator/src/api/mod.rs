@@ -28,7 +28,7 @@ use crate::metrics as m;
 use crate::replica::ownership::Ownership;
 pub use problem::ApiError;
 use schema::assignment;
-use schema::wire::{limits, HEADER_EXPECTED_EPOCH};
+use schema::wire::{limits, rule_violation, HEADER_EXPECTED_EPOCH};
 
 /// Shared by every HTTP worker; built once, outside actix's per-worker factory.
 pub struct AppState {
@@ -104,7 +104,11 @@ fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
     match error {
         JsonPayloadError::Overflow { limit } => ApiError::PayloadTooLarge { limit },
         JsonPayloadError::OverflowKnownLength { limit, .. } => ApiError::PayloadTooLarge { limit },
-        JsonPayloadError::Deserialize(e) => ApiError::InvalidRequest(format!("invalid body: {e}")),
+        // A value the wire types refused is answered in the rule's own words.
+        JsonPayloadError::Deserialize(e) => ApiError::InvalidRequest(
+            rule_violation(&e.to_string())
+                .map_or_else(|| format!("invalid body: {e}"), str::to_owned),
+        ),
         JsonPayloadError::ContentType => {
             ApiError::InvalidRequest("content type must be application/json".into())
         }
@@ -114,7 +118,14 @@ fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
 }
 
 fn path_error(error: PathError, _: &HttpRequest) -> actix_web::Error {
-    ApiError::InvalidRequest(format!("invalid path: {error}")).into()
+    let PathError::Deserialize(e) = &error else {
+        return ApiError::InvalidRequest(format!("invalid path: {error}")).into();
+    };
+    ApiError::InvalidRequest(
+        rule_violation(&e.to_string())
+            .map_or_else(|| format!("invalid path: {error}"), str::to_owned),
+    )
+    .into()
 }
 
 async fn method_not_allowed() -> Result<actix_web::HttpResponse, ApiError> {
@@ -185,5 +196,6 @@ pub fn app(
                 result
             })
         })
+        .wrap_fn(crate::request_id::middleware)
         .configure(configure)
 }

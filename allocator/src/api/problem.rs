@@ -6,7 +6,7 @@ use actix_web::{HttpResponse, ResponseError};
 
 use crate::fenced::ReadError;
 use crate::job::WorkError;
-use schema::wire::{problem_type, Problem, ReservationStatus, PROBLEM_CONTENT_TYPE};
+use schema::wire::{Problem, ProblemType, ReservationStatus, PROBLEM_CONTENT_TYPE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -48,36 +48,25 @@ pub enum ApiError {
 const RETRY_AFTER_SECONDS: &str = "1";
 
 impl ApiError {
-    fn kind_and_title(&self) -> (&'static str, &'static str) {
-        use problem_type::*;
+    fn kind(&self) -> ProblemType {
         match self {
-            ApiError::InvalidRequest(_) => (INVALID_REQUEST, "Invalid request"),
-            ApiError::PayloadTooLarge { .. } => (INVALID_REQUEST, "Request body too large"),
-            ApiError::NotFound(_) => (NOT_FOUND, "Not found"),
-            ApiError::InsufficientStock { .. } => (INSUFFICIENT_STOCK, "Insufficient stock"),
-            ApiError::IdempotencyMismatch(_) => {
-                (IDEMPOTENCY_MISMATCH, "Id reused with a different payload")
-            }
-            ApiError::InvalidState { .. } => (INVALID_STATE, "Transition not allowed"),
-            ApiError::ShrinkBelowHeld { .. } => (SHRINK_BELOW_HELD, "Shrink below held stock"),
-            ApiError::NotOwner { .. } => (NOT_OWNER, "Partition owned elsewhere"),
-            ApiError::PartitionUnavailable { .. } => {
-                (PARTITION_UNAVAILABLE, "Partition temporarily unavailable")
-            }
-            ApiError::StorageUnavailable(_) => (STORAGE_UNAVAILABLE, "Storage unavailable"),
-            ApiError::MethodNotAllowed => (INVALID_REQUEST, "Method not allowed"),
+            ApiError::InvalidRequest(_)
+            | ApiError::PayloadTooLarge { .. }
+            | ApiError::MethodNotAllowed => ProblemType::InvalidRequest,
+            ApiError::NotFound(_) => ProblemType::NotFound,
+            ApiError::InsufficientStock { .. } => ProblemType::InsufficientStock,
+            ApiError::IdempotencyMismatch(_) => ProblemType::IdempotencyMismatch,
+            ApiError::InvalidState { .. } => ProblemType::InvalidState,
+            ApiError::ShrinkBelowHeld { .. } => ProblemType::ShrinkBelowHeld,
+            ApiError::NotOwner { .. } => ProblemType::NotOwner,
+            ApiError::PartitionUnavailable { .. } => ProblemType::PartitionUnavailable,
+            ApiError::StorageUnavailable(_) => ProblemType::StorageUnavailable,
         }
     }
 
     pub fn problem(&self) -> Problem {
-        let (kind, title) = self.kind_and_title();
-        let mut problem = Problem {
-            kind: kind.to_owned(),
-            title: title.to_owned(),
-            status: self.status_code().as_u16(),
-            detail: Some(self.to_string()),
-            ..Problem::default()
-        };
+        let mut problem =
+            Problem::new(self.kind(), self.to_string()).with_status(self.status_code().as_u16());
         match self {
             ApiError::InsufficientStock { available, .. }
             | ApiError::ShrinkBelowHeld { available, .. } => problem.available = Some(*available),

@@ -5,7 +5,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use super::{ApiError, AppState};
 use crate::fenced::{read_reservation, Command, Outcome, ReservationRecord};
 use schema::partition::partition_for;
-use schema::wire::{validate, ReserveRequest, HEADER_EPOCH, HEADER_REPLAYED};
+use schema::wire::{ReservationId, ReserveRequest, TtlSeconds, HEADER_EPOCH, HEADER_REPLAYED};
 
 pub async fn reserve(
     state: web::Data<AppState>,
@@ -13,16 +13,12 @@ pub async fn reserve(
     body: web::Json<ReserveRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    validate::id("reservation_id", &body.reservation_id).map_err(ApiError::InvalidRequest)?;
-    validate::sku(&body.sku).map_err(ApiError::InvalidRequest)?;
-    validate::quantity(body.quantity).map_err(ApiError::InvalidRequest)?;
-    let ttl_seconds = validate::ttl_seconds(body.ttl_seconds).map_err(ApiError::InvalidRequest)?;
-    let partition = partition_for(&body.sku, state.partition_count);
+    let partition = partition_for(body.sku.as_str(), state.partition_count);
     let command = Command::Reserve {
-        reservation_id: body.reservation_id.clone(),
-        sku: body.sku,
-        quantity: body.quantity,
-        ttl_seconds,
+        reservation_id: body.reservation_id.as_str().to_owned(),
+        sku: body.sku.into_string(),
+        quantity: body.quantity.get(),
+        ttl_seconds: TtlSeconds::or_default(body.ttl_seconds).get(),
     };
     let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
     let response = reservation_response(outcome, epoch)?;
@@ -33,7 +29,7 @@ pub async fn reserve(
 pub async fn confirm(
     state: web::Data<AppState>,
     request: HttpRequest,
-    path: web::Path<String>,
+    path: web::Path<ReservationId>,
 ) -> Result<HttpResponse, ApiError> {
     transition(state, request, path.into_inner(), true).await
 }
@@ -41,7 +37,7 @@ pub async fn confirm(
 pub async fn release(
     state: web::Data<AppState>,
     request: HttpRequest,
-    path: web::Path<String>,
+    path: web::Path<ReservationId>,
 ) -> Result<HttpResponse, ApiError> {
     transition(state, request, path.into_inner(), false).await
 }
@@ -49,16 +45,16 @@ pub async fn release(
 async fn transition(
     state: web::Data<AppState>,
     request: HttpRequest,
-    reservation_id: String,
+    reservation_id: ReservationId,
     confirm: bool,
 ) -> Result<HttpResponse, ApiError> {
-    validate::id("reservation_id", &reservation_id).map_err(ApiError::InvalidRequest)?;
     let partition = {
         let client = state.pool.get().await?;
-        read_reservation(&**client, &reservation_id).await?
+        read_reservation(&**client, reservation_id.as_str()).await?
     }
     .ok_or_else(|| ApiError::NotFound(format!("reservation {reservation_id} does not exist")))?
     .partition();
+    let reservation_id = reservation_id.into_string();
     let command = if confirm {
         Command::Confirm { reservation_id }
     } else {
@@ -106,12 +102,11 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
 
 pub async fn get(
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<ReservationId>,
 ) -> Result<HttpResponse, ApiError> {
     let reservation_id = path.into_inner();
-    validate::id("reservation_id", &reservation_id).map_err(ApiError::InvalidRequest)?;
     let client = state.pool.get().await?;
-    match read_reservation(&**client, &reservation_id).await? {
+    match read_reservation(&**client, reservation_id.as_str()).await? {
         Some(ReservationRecord::Current(reservation)) => Ok(HttpResponse::Ok().json(reservation)),
         Some(ReservationRecord::Refused { available, .. }) => Err(ApiError::InsufficientStock {
             available,

@@ -258,6 +258,31 @@ async fn invalid_input_is_a_problem_never_a_500() {
         assert_eq!(p.status, 400, "{why}");
     }
 
+    // A refused value is answered in the words of its rule, from a body or a path segment.
+    let response = http()
+        .post(format!("{base}/v1/reservations"))
+        .json(&json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 0}))
+        .send()
+        .await
+        .unwrap();
+    let p = problem(response).await;
+    assert_eq!(
+        p.detail.as_deref(),
+        Some("quantity must be between 1 and 1000000")
+    );
+    assert_eq!(p.title, "Invalid request");
+    let response = http()
+        .get(format!("{base}/v1/inventory/bad%20sku"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let p = problem(response).await;
+    assert_eq!(
+        p.detail.as_deref(),
+        Some("sku may contain only A-Z a-z 0-9 . _ : -")
+    );
+
     let malformed = http()
         .post(format!("{base}/v1/reservations"))
         .header("content-type", "application/json")

@@ -4,8 +4,9 @@
 use std::time::{Duration, Instant};
 
 use allocator::app::Application;
-use allocator::config::ServeConfig;
+use allocator::config::{AllocatorConfig, Cli, Command};
 use allocator::fenced::StockDelta;
+use clap::Parser as _;
 use schema::wire::PartitionMap;
 use testkit::shared::fresh_database;
 use tokio_util::sync::CancellationToken;
@@ -30,19 +31,42 @@ pub async fn client(url: &str) -> tokio_postgres::Client {
     allocator::db::connect(url).await.expect("connect")
 }
 
-/// Short timings so failover tests run in seconds.
-pub fn fast_config(database_url: &str, replica_id: &str) -> ServeConfig {
-    let mut config = ServeConfig::for_tests(database_url, replica_id);
-    config.lease_ttl_ms = 2000;
-    config.lease_margin_ms = 500;
-    config.renew_interval_ms = Some(500);
-    config.campaign_interval_ms = 200;
-    config.expiry_interval_ms = 200;
-    config.idle_in_transaction_timeout_ms = 1000;
-    config.statement_timeout_ms = 1000;
-    config.request_timeout_ms = 3000;
-    config.pool_size = 8;
-    config
+/// Short timings so failover tests run in seconds, built through the command line so the
+/// validation a replica runs at start applies to tests too.
+pub fn fast_config(database_url: &str, replica_id: &str) -> AllocatorConfig {
+    let cli = Cli::try_parse_from([
+        "allocator",
+        "serve",
+        "--database-url",
+        database_url,
+        "--listen",
+        "127.0.0.1:0",
+        "--replica-id",
+        replica_id,
+        "--lease-ttl-ms",
+        "2000",
+        "--lease-margin-ms",
+        "500",
+        "--renew-interval-ms",
+        "500",
+        "--campaign-interval-ms",
+        "200",
+        "--expiry-interval-ms",
+        "200",
+        "--idle-in-transaction-timeout-ms",
+        "1000",
+        "--statement-timeout-ms",
+        "1000",
+        "--request-timeout-ms",
+        "3000",
+        "--pool-size",
+        "8",
+    ])
+    .expect("static arguments parse");
+    let Command::Serve(args) = cli.command else {
+        unreachable!("serve was given")
+    };
+    AllocatorConfig::try_from(*args).expect("test configuration is valid")
 }
 
 pub struct TestReplica {
@@ -54,7 +78,7 @@ pub struct TestReplica {
 }
 
 impl TestReplica {
-    pub async fn start(config: ServeConfig) -> Self {
+    pub async fn start(config: AllocatorConfig) -> Self {
         if std::env::var_os("TEST_LOG").is_some() {
             allocator::telemetry::init();
         }

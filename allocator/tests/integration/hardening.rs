@@ -52,7 +52,7 @@ async fn available(base: &str, sku: &str) -> i64 {
     body["available"].as_i64().expect("available")
 }
 
-async fn start(config: allocator::config::ServeConfig) -> TestReplica {
+async fn start(config: allocator::config::AllocatorConfig) -> TestReplica {
     let replica = TestReplica::start(config).await;
     wait_owns_all(&replica).await;
     replica
@@ -62,7 +62,7 @@ async fn start(config: allocator::config::ServeConfig) -> TestReplica {
 async fn overdue_holds_come_back_while_their_partition_is_busy() {
     let db = migrated_database(PARTITIONS).await;
     let mut config = fast_config(&db, "busy");
-    config.expiry_interval_ms = 300;
+    config.expiry_interval = Duration::from_millis(300);
     let replica = start(config).await;
     let base = replica.url.clone();
     let scarce = sku_in(2, "scarce");
@@ -305,7 +305,7 @@ async fn replaying_an_overdue_hold_reports_it_expired_and_frees_its_stock() {
     let db = migrated_database(PARTITIONS).await;
     let mut config = fast_config(&db, "overdue");
     // The sweeper stays away, so only the replay itself can notice the hold ran out.
-    config.expiry_interval_ms = 600_000;
+    config.expiry_interval = Duration::from_secs(600);
     let replica = start(config).await;
     let base = replica.url.clone();
     restock(&base, "late", 3).await;
@@ -367,15 +367,15 @@ async fn a_router_expecting_another_epoch_is_sent_to_refresh() {
 async fn queued_commands_whose_callers_gave_up_are_not_run() {
     let db = migrated_database(PARTITIONS).await;
     let mut config = fast_config(&db, "abandon");
-    config.request_timeout_ms = 300;
+    config.request_timeout = Duration::from_millis(300);
     // Renewals far apart, so the lease stays confirmed through the short lock below whatever
     // the lock design: only the queue's handling decides what runs.
-    config.lease_ttl_ms = 20_000;
-    config.renew_interval_ms = Some(8_000);
+    config.lease_ttl = Duration::from_secs(20);
+    config.renew_interval = Duration::from_secs(8);
     // The first batch waits for the locked row instead of failing fast, so the commands queued
     // behind it are still there when the row comes free.
-    config.lock_timeout_ms = 5_000;
-    config.statement_timeout_ms = 5_000;
+    config.lock_timeout = Duration::from_secs(5);
+    config.statement_timeout = Duration::from_secs(5);
     let replica = start(config).await;
     let base = replica.url.clone();
     restock(&base, "gone", 100).await;

@@ -3,6 +3,7 @@
 mod api;
 #[allow(dead_code)]
 mod common;
+mod config;
 mod failover;
 mod fencing;
 mod hardening;

@@ -8,7 +8,7 @@
 //! is reported as unsettled and the order answers `503` with `outcome_unknown: true`; the client's
 //! retry (same order id) reserves the line again, which settles it either way.
 
-use schema::wire::{problem_type, Problem, Reservation, ReservationStatus};
+use schema::wire::{Problem, ProblemType, Reservation, ReservationStatus};
 
 use super::{Compensation, LineOutcome, LineReport, OrderPlaced, OrderProblem, OrderResult};
 use crate::error::RouterError;
@@ -103,15 +103,14 @@ pub fn decide(order_id: &str, lines: Vec<LineReport>) -> OrderResult {
     if unsettled > 0 {
         OrderResult::Unknown(OrderProblem {
             problem: Problem {
-                kind: problem_type::UPSTREAM_UNAVAILABLE.to_owned(),
-                title: "order outcome unknown".to_owned(),
-                status: 503,
-                detail: Some(format!(
-                    "{failed} line(s) could not be held and {unsettled} line(s) may still be \
-                     held or become held; retry the order with the same order id"
-                )),
                 outcome_unknown: Some(true),
-                ..Problem::default()
+                ..Problem::new(
+                    ProblemType::UpstreamUnavailable,
+                    format!(
+                        "{failed} line(s) could not be held and {unsettled} line(s) may still \
+                         be held or become held; retry the order with the same order id"
+                    ),
+                )
             },
             order_id: order_id.to_owned(),
             lines,
@@ -119,16 +118,12 @@ pub fn decide(order_id: &str, lines: Vec<LineReport>) -> OrderResult {
     } else if mismatch {
         OrderResult::Mismatch(OrderProblem {
             problem: Problem {
-                kind: problem_type::IDEMPOTENCY_MISMATCH.to_owned(),
-                title: "order id reused with different lines".to_owned(),
-                status: 422,
-                detail: Some(
-                    "some line ids of this order already exist with another sku or quantity; \
-                     the original order is left as it was"
-                        .to_owned(),
-                ),
                 outcome_unknown: Some(false),
-                ..Problem::default()
+                ..Problem::new(
+                    ProblemType::IdempotencyMismatch,
+                    "some line ids of this order already exist with another sku or quantity; \
+                     the original order is left as it was",
+                )
             },
             order_id: order_id.to_owned(),
             lines,
@@ -136,14 +131,11 @@ pub fn decide(order_id: &str, lines: Vec<LineReport>) -> OrderResult {
     } else {
         OrderResult::Failed(OrderProblem {
             problem: Problem {
-                kind: problem_type::ORDER_FAILED.to_owned(),
-                title: "order failed".to_owned(),
-                status: 409,
-                detail: Some(format!(
-                    "{failed} line(s) could not be held; no line of the order is held"
-                )),
                 outcome_unknown: Some(false),
-                ..Problem::default()
+                ..Problem::new(
+                    ProblemType::OrderFailed,
+                    format!("{failed} line(s) could not be held; no line of the order is held"),
+                )
             },
             order_id: order_id.to_owned(),
             lines,
@@ -151,18 +143,15 @@ pub fn decide(order_id: &str, lines: Vec<LineReport>) -> OrderResult {
     }
 }
 
+/// The allocator's problem for a line, or (when its body is not one) an internal problem that
+/// says what was wrong and quotes the start of the body.
 fn upstream_problem(resp: &UpstreamResponse, fallback: &str) -> Problem {
-    resp.json::<Problem>().unwrap_or_else(|| Problem {
-        kind: problem_type::INTERNAL.to_owned(),
-        title: fallback.to_owned(),
-        status: resp.status,
-        detail: Some(
-            String::from_utf8_lossy(&resp.body)
-                .chars()
-                .take(200)
-                .collect(),
-        ),
-        ..Problem::default()
+    resp.json::<Problem>().unwrap_or_else(|| {
+        let body: String = String::from_utf8_lossy(&resp.body)
+            .chars()
+            .take(200)
+            .collect();
+        Problem::new(ProblemType::Internal, format!("{fallback}: {body}")).with_status(resp.status)
     })
 }
 
@@ -170,12 +159,13 @@ fn upstream_problem(resp: &UpstreamResponse, fallback: &str) -> Problem {
 mod tests {
     use super::*;
     use crate::orders::line_reservation_id;
+    use schema::wire::problem_type;
 
     fn report(index: usize, outcome: LineOutcome) -> LineReport {
         LineReport {
             index,
-            sku: format!("sku-{index}"),
-            quantity: 1,
+            sku: format!("sku-{index}").parse().unwrap(),
+            quantity: 1.try_into().unwrap(),
             reservation_id: line_reservation_id("o-1", index),
             outcome,
             status: None,
@@ -295,8 +285,8 @@ mod settlement_tests {
     fn report(index: usize, outcome: LineOutcome) -> LineReport {
         LineReport {
             index,
-            sku: format!("sku-{index}"),
-            quantity: 1,
+            sku: format!("sku-{index}").parse().unwrap(),
+            quantity: 1.try_into().unwrap(),
             reservation_id: line_reservation_id("o-1", index),
             outcome,
             status: None,

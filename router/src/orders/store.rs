@@ -26,7 +26,7 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use schema::wire::{limits, problem_type, OrderRequest, Problem};
+use schema::wire::{OrderRequest, Problem, ProblemType, TtlSeconds};
 use tokio_postgres::error::SqlState;
 
 use super::{OrderProblem, OrderResult};
@@ -187,7 +187,7 @@ impl OrderStore {
 /// Same lines, and the same effective ttl (an omitted ttl is the default one, as for a single
 /// reservation).
 fn same_order(a: &OrderRequest, b: &OrderRequest) -> bool {
-    let ttl = |o: &OrderRequest| o.ttl_seconds.unwrap_or(limits::TTL_SECONDS_DEFAULT);
+    let ttl = |o: &OrderRequest| TtlSeconds::or_default(o.ttl_seconds);
     a.lines == b.lines && ttl(a) == ttl(b)
 }
 
@@ -198,16 +198,12 @@ fn to_json<T: serde::Serialize>(value: &T) -> Option<String> {
 fn mismatch(order_id: &str) -> OrderProblem {
     OrderProblem {
         problem: Problem {
-            kind: problem_type::IDEMPOTENCY_MISMATCH.to_owned(),
-            title: "order id reused with different lines".to_owned(),
-            status: 422,
-            detail: Some(
-                "this order id was first submitted with other lines or another ttl; the \
-                 original order is left as it was"
-                    .to_owned(),
-            ),
             outcome_unknown: Some(false),
-            ..Problem::default()
+            ..Problem::new(
+                ProblemType::IdempotencyMismatch,
+                "this order id was first submitted with other lines or another ttl; the \
+                 original order is left as it was",
+            )
         },
         order_id: order_id.to_owned(),
         lines: Vec::new(),
@@ -222,16 +218,12 @@ fn unrecorded(order_id: &str, result: OrderResult) -> OrderResult {
     };
     OrderResult::Unknown(OrderProblem {
         problem: Problem {
-            kind: problem_type::UPSTREAM_UNAVAILABLE.to_owned(),
-            title: "order outcome unknown".to_owned(),
-            status: 503,
-            detail: Some(
-                "the order's outcome could not be recorded; retry the order with the same order \
-                 id"
-                .to_owned(),
-            ),
             outcome_unknown: Some(true),
-            ..Problem::default()
+            ..Problem::new(
+                ProblemType::UpstreamUnavailable,
+                "the order's outcome could not be recorded; retry the order with the same order \
+                 id",
+            )
         },
         order_id: order_id.to_owned(),
         lines,
@@ -241,16 +233,16 @@ fn unrecorded(order_id: &str, result: OrderResult) -> OrderResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use schema::wire::OrderLine;
+    use schema::wire::{limits, OrderLine};
 
     #[test]
     fn an_omitted_ttl_is_the_default_one() {
-        let order = |quantity, ttl_seconds| OrderRequest {
+        let order = |quantity: i64, ttl_seconds: Option<u32>| OrderRequest {
             lines: vec![OrderLine {
-                sku: "a".to_owned(),
-                quantity,
+                sku: "a".parse().unwrap(),
+                quantity: quantity.try_into().unwrap(),
             }],
-            ttl_seconds,
+            ttl_seconds: ttl_seconds.map(|t| t.try_into().unwrap()),
         };
         let default = Some(limits::TTL_SECONDS_DEFAULT);
         assert!(same_order(&order(1, None), &order(1, default)));

@@ -2,7 +2,7 @@
 //! Adjustments are idempotent by `adjustment_id`, so they are retried like reservations.
 
 use actix_web::{web, HttpResponse};
-use schema::wire::{validate, AdjustmentRequest};
+use schema::wire::{AdjustmentRequest, Sku};
 
 use crate::app::AppState;
 use crate::error::RouterError;
@@ -11,9 +11,8 @@ use schema::path::encode_segment;
 
 pub async fn get(
     state: web::Data<AppState>,
-    sku: web::Path<String>,
+    sku: web::Path<Sku>,
 ) -> Result<HttpResponse, RouterError> {
-    validate::sku(&sku).map_err(RouterError::InvalidRequest)?;
     let partition = state.partition_of(&sku)?;
     let upstream =
         UpstreamRequest::get(format!("/v1/inventory/{}", encode_segment(&sku)), partition);
@@ -26,13 +25,10 @@ pub async fn get(
 
 pub async fn adjust(
     state: web::Data<AppState>,
-    sku: web::Path<String>,
+    sku: web::Path<Sku>,
     body: web::Json<AdjustmentRequest>,
 ) -> Result<HttpResponse, RouterError> {
     let req = body.into_inner();
-    validate::sku(&sku).map_err(RouterError::InvalidRequest)?;
-    validate::id("adjustment_id", &req.adjustment_id).map_err(RouterError::InvalidRequest)?;
-    validate::delta(req.delta).map_err(RouterError::InvalidRequest)?;
     let partition = state.partition_of(&sku)?;
     let upstream = UpstreamRequest::post(
         format!("/v1/inventory/{}/adjustments", encode_segment(&sku)),

@@ -1,7 +1,8 @@
 //! The public HTTP surface: the same paths as the allocator's API (DESIGN.md §9) plus orders.
 //!
-//! Handlers validate with [`schema::wire::validate`] (the same rules and words as the
-//! allocator), compute the partition, and hand the request to [`crate::forward`]. Malformed JSON,
+//! Bodies and path segments deserialise into the parsed wire values ([`schema::wire::Sku`],
+//! [`schema::wire::ReservationId`], ...: the same rules and words as the allocator); handlers
+//! compute the partition and hand the request to [`crate::forward`]. Malformed JSON,
 //! unknown fields and bad path segments are answered here with a `400` problem, oversized bodies
 //! with `413` (as the allocator does); they are never forwarded and never reach a `500`.
 
@@ -13,7 +14,7 @@ pub mod reservations;
 
 use actix_web::error::{JsonPayloadError, PathError};
 use actix_web::{web, HttpRequest, HttpResponse};
-use schema::wire::limits;
+use schema::wire::{limits, rule_violation};
 
 use crate::error::RouterError;
 
@@ -96,9 +97,11 @@ fn json_config() -> web::JsonConfig {
                 | JsonPayloadError::OverflowKnownLength { .. } => {
                     RouterError::PayloadTooLarge(limits::BODY_MAX_BYTES)
                 }
-                JsonPayloadError::Deserialize(e) => {
-                    RouterError::InvalidRequest(format!("invalid JSON body: {e}"))
-                }
+                // A value the wire types refused is answered in the rule's own words.
+                JsonPayloadError::Deserialize(e) => RouterError::InvalidRequest(
+                    rule_violation(&e.to_string())
+                        .map_or_else(|| format!("invalid JSON body: {e}"), str::to_owned),
+                ),
                 other => RouterError::InvalidRequest(format!("unreadable body: {other}")),
             };
             error.into()
@@ -107,7 +110,11 @@ fn json_config() -> web::JsonConfig {
 
 fn path_config() -> web::PathConfig {
     web::PathConfig::default().error_handler(|err: PathError, _req| {
-        RouterError::InvalidRequest(format!("invalid path: {err}")).into()
+        let detail = match &err {
+            PathError::Deserialize(e) => rule_violation(&e.to_string()).map(str::to_owned),
+            _ => None,
+        };
+        RouterError::InvalidRequest(detail.unwrap_or_else(|| format!("invalid path: {err}"))).into()
     })
 }
 
@@ -120,12 +127,10 @@ pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, RouterError> {
 }
 
 async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
-    let problem = schema::wire::Problem {
-        kind: schema::wire::problem_type::INVALID_REQUEST.to_owned(),
-        title: "method not allowed".to_owned(),
-        status: 405,
-        detail: Some(format!("{} is not allowed on {}", req.method(), req.path())),
-        ..Default::default()
-    };
+    let problem = schema::wire::Problem::new(
+        schema::wire::ProblemType::InvalidRequest,
+        format!("{} is not allowed on {}", req.method(), req.path()),
+    )
+    .with_status(405);
     crate::error::problem_response(HttpResponse::MethodNotAllowed(), &problem)
 }

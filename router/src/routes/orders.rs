@@ -26,14 +26,15 @@ pub async fn create(
     // The order runs in its own task: a client that disconnects must not cut it off between
     // reserving and compensating, or between deciding and recording the decision.
     let task_state = state.clone();
-    let submission = actix_web::rt::spawn(async move {
+    // It keeps the request's id and log span.
+    let submission = actix_web::rt::spawn(crate::request_id::propagate(async move {
         task_state
             .orders
             .submit(&task_state.forwarder, &order_id, &order, |sku| {
                 schema::partition::partition_for(sku, partition_count)
             })
             .await
-    })
+    }))
     .await
     .map_err(|e| RouterError::Internal(format!("order task ended abnormally: {e}")))?;
     let submission = submission.map_err(|e| {

@@ -6,7 +6,7 @@
 //! without bothering an allocator.
 
 use actix_web::{web, HttpResponse};
-use schema::wire::{validate, ReserveRequest};
+use schema::wire::{ReservationId, ReserveRequest};
 
 use crate::app::AppState;
 use crate::db;
@@ -19,10 +19,6 @@ pub async fn create(
     body: web::Json<ReserveRequest>,
 ) -> Result<HttpResponse, RouterError> {
     let req = body.into_inner();
-    validate::id("reservation_id", &req.reservation_id).map_err(RouterError::InvalidRequest)?;
-    validate::sku(&req.sku).map_err(RouterError::InvalidRequest)?;
-    validate::quantity(req.quantity).map_err(RouterError::InvalidRequest)?;
-    validate::ttl_seconds(req.ttl_seconds).map_err(RouterError::InvalidRequest)?;
     let partition = state.partition_of(&req.sku)?;
     let upstream = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
         .reservation(&req.reservation_id)
@@ -36,21 +32,21 @@ pub async fn create(
 
 pub async fn get(
     state: web::Data<AppState>,
-    id: web::Path<String>,
+    id: web::Path<ReservationId>,
 ) -> Result<HttpResponse, RouterError> {
     by_id(&state, &id, None).await
 }
 
 pub async fn confirm(
     state: web::Data<AppState>,
-    id: web::Path<String>,
+    id: web::Path<ReservationId>,
 ) -> Result<HttpResponse, RouterError> {
     by_id(&state, &id, Some("confirm")).await
 }
 
 pub async fn release(
     state: web::Data<AppState>,
-    id: web::Path<String>,
+    id: web::Path<ReservationId>,
 ) -> Result<HttpResponse, RouterError> {
     by_id(&state, &id, Some("release")).await
 }
@@ -58,10 +54,10 @@ pub async fn release(
 /// GET (no `action`) or POST a transition for an existing reservation.
 async fn by_id(
     state: &AppState,
-    id: &str,
+    id: &ReservationId,
     action: Option<&str>,
 ) -> Result<HttpResponse, RouterError> {
-    validate::id("reservation_id", id).map_err(RouterError::InvalidRequest)?;
+    let id = id.as_str();
     let partition = match db::reservation_partition(&state.pool, state.db_timeout, id).await {
         Ok(Some(partition)) => partition,
         Ok(None) => return Err(RouterError::NotFound(format!("no reservation {id:?}"))),

@@ -306,6 +306,44 @@ async fn refuses_bad_input_with_problems_and_never_500() {
         assert_eq!(p.kind, problem_type::INVALID_REQUEST, "{name}");
     }
 
+    // A refused value is answered in the words of its rule, whether it came in a body, a path
+    // segment or an order line.
+    let refused = [
+        (
+            "/v1/reservations",
+            r#"{"reservation_id":"a","sku":"bad sku","quantity":1}"#,
+            "sku may contain only A-Z a-z 0-9 . _ : -",
+        ),
+        (
+            "/v1/reservations",
+            r#"{"reservation_id":"a","sku":"s","quantity":0}"#,
+            "quantity must be between 1 and 1000000",
+        ),
+        (
+            "/v1/inventory/bad%20sku/adjustments",
+            r#"{"adjustment_id":"a","delta":1}"#,
+            "sku may contain only A-Z a-z 0-9 . _ : -",
+        ),
+        (
+            "/v1/orders/o-1/reservations",
+            r#"{"lines":[{"sku":"s","quantity":1},{"sku":"s","quantity":0}]}"#,
+            "lines[1]: quantity must be between 1 and 1000000",
+        ),
+    ];
+    for (path, body, detail) in refused {
+        let response = client
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (status, p) = problem(response).await;
+        assert_eq!(status, 400, "{path} {body}");
+        assert_eq!(p.detail.as_deref(), Some(detail), "{path} {body}");
+        assert_eq!(p.title, "Invalid request");
+    }
+
     // Oversized body: 413, as the allocator answers.
     let big = format!(
         r#"{{"reservation_id":"{}","sku":"s","quantity":1}}"#,

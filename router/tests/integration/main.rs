@@ -8,4 +8,5 @@ mod give_up;
 mod handoff;
 mod order_races;
 mod orders;
+mod request_id;
 mod routing;

@@ -1,0 +1,56 @@
+//! `X-Request-Id`: the router sends its request's id on every forwarded attempt; the replica logs
+//! it on the request's span and echoes it, so one client request can be followed from the
+//! router's logs into the owner's. A request without an acceptable id (1–128 visible ASCII
+//! characters) gets a random one.
+
+use std::future::Future;
+
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use schema::wire::{RequestId, HEADER_REQUEST_ID};
+use tracing::Instrument;
+
+/// [`HEADER_REQUEST_ID`] in the lower case `HeaderName::from_static` requires.
+const HEADER_NAME: &str = "x-request-id";
+
+/// Middleware (`App::wrap_fn`): give the request its id and span, and put the id on the response.
+pub fn middleware<S, B>(
+    request: ServiceRequest,
+    service: &S,
+) -> impl Future<Output = Result<ServiceResponse<B>, actix_web::Error>>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    let id = request
+        .headers()
+        .get(HEADER_REQUEST_ID)
+        .and_then(|value| RequestId::parse(value.as_bytes()))
+        .unwrap_or_else(|| RequestId::from_random(rand::random()));
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %request.method(),
+        path = %request.path()
+    );
+    let response = service.call(request).instrument(span);
+    async move {
+        let mut response = response.await?;
+        if let Ok(value) = HeaderValue::from_str(id.as_str()) {
+            response
+                .headers_mut()
+                .insert(HeaderName::from_static(HEADER_NAME), value);
+        }
+        Ok(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn header_name_is_the_shared_one() {
+        assert_eq!(
+            super::HEADER_NAME,
+            schema::wire::HEADER_REQUEST_ID.to_ascii_lowercase()
+        );
+    }
+}
