@@ -1,4 +1,4 @@
-//! The narrow authority a partition worker holds: one lease tenure, nothing more.
+//! The narrow authority a partition worker holds: one lease tenure, nothing more (DESIGN.md §5).
 //!
 //! A worker must re-check, before every transaction, that its tenure still grants authority and
 //! how long for, because authority can lapse while a command waits in the queue; and it must be

@@ -1,4 +1,4 @@
-//! Group commit: ready batches of several partitions share one transaction.
+//! Group commit: ready batches of several partitions share one transaction (DESIGN.md §6).
 //!
 //! Every partition worker hands its batch to the committer and waits for the answer, so a
 //! partition never has more than one batch in flight and its commands stay in arrival order.

@@ -1,4 +1,4 @@
-//! One worker task per owned partition.
+//! One worker task per owned partition (DESIGN.md §6, §7).
 //!
 //! The worker serialises its partition's commands and batches whatever is queued (up to
 //! `batch_max`) into one fenced statement, handed to the [group committer](crate::commit):

@@ -1,4 +1,4 @@
-//! The HTTP API (design §9) served by an allocator replica for the partitions it owns.
+//! The HTTP API (DESIGN.md §9) served by an allocator replica for the partitions it owns.
 //!
 //! Writes go to the owning partition's worker; a partition owned elsewhere gets `421` naming the
 //! owner the database knows, one whose lease is unconfirmed gets `503` + `Retry-After`. Reads

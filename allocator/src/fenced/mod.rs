@@ -1,4 +1,4 @@
-//! The fenced reservation transaction (design §6).
+//! The fenced reservation transaction (DESIGN.md §6).
 //!
 //! A batch of commands for one or more partitions runs as **one statement**: the server-side
 //! function `apply_fenced_batch` (shipped as a migration) takes the whole batch as arrays and

@@ -1,4 +1,4 @@
-//! Partition leases (design §5), free of everything that acts under them.
+//! Partition leases (DESIGN.md §5), free of everything that acts under them.
 //!
 //! * [`state`] — the per-partition state machine (`NotHeld → Active ⇄ Uncertain → NotHeld`) and
 //!   the stall watchdog. Pure: every transition is given the instant it happens at, so tests

@@ -1,4 +1,5 @@
-//! The replica layer: which partitions this process owns, and the tasks that keep it so.
+//! The replica layer (DESIGN.md §4, §5): which partitions this process owns, and the tasks that
+//! keep it so.
 //!
 //! * [`ownership`] — the ownership table: one lease state and one worker per partition, the
 //!   routes the dispatcher reads, and the [`PartitionAuthority`](crate::authority::PartitionAuthority)
