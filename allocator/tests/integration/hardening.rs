@@ -376,6 +376,8 @@ async fn queued_commands_whose_callers_gave_up_are_not_run() {
     // behind it are still there when the row comes free.
     config.lock_timeout = Duration::from_secs(5);
     config.statement_timeout = Duration::from_secs(5);
+    // The settlement grace must outlast the longest statement (the config re-checks it).
+    config.settlement_grace = Duration::from_secs(7);
     let replica = start(config).await;
     let base = replica.url.clone();
     restock(&base, "gone", 100).await;
