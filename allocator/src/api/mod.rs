@@ -168,14 +168,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .app_data(web::PathConfig::default().error_handler(path_error))
     .service(resource(routes::RESERVE.path).route(web::post().to(reservations::reserve)))
-    .service(
-        resource(routes::CONFIRM.path)
-            .route(web::post().to(reservations::confirm)),
-    )
-    .service(
-        resource(routes::RELEASE.path)
-            .route(web::post().to(reservations::release)),
-    )
+    .service(resource(routes::CONFIRM.path).route(web::post().to(reservations::confirm)))
+    .service(resource(routes::RELEASE.path).route(web::post().to(reservations::release)))
     .service(resource(routes::GET_RESERVATION.path).route(web::get().to(reservations::get)))
     .service(resource(routes::GET_INVENTORY.path).route(web::get().to(inventory::get)))
     .service(resource(routes::ADJUST.path).route(web::post().to(inventory::adjust)))

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use reqwest::StatusCode;
 use schema::partition::partition_for;
-use schema::wire::PartitionMap;
+use schema::wire::{PartitionMap, ReserveRequest};
 use serde_json::json;
-use testkit::{free_port, ChildProcess, PgServer, ProxyMode, TcpProxy};
+use testkit::{free_port, ApiClient, ChildProcess, PgServer, ProxyMode, TcpProxy};
 
 const TTL_MS: u64 = 2000;
 const CAMPAIGN_MS: u64 = 200;
@@ -277,13 +277,15 @@ async fn paused_owner_cannot_write_after_a_takeover() {
         .get(0);
     assert_eq!(stale, 0);
     // The new owner serves the SKU.
-    let served = http()
-        .post(format!("{}/v1/reservations", b.url))
-        .json(&json!({"reservation_id": "fresh-1", "sku": sku, "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(served.status(), StatusCode::CREATED);
+    let served = ApiClient::new(&b.url)
+        .reserve(&ReserveRequest {
+            reservation_id: "fresh-1".to_owned(),
+            sku: sku.clone(),
+            quantity: 1,
+            ttl_seconds: None,
+        })
+        .await;
+    assert_eq!(served.status, StatusCode::CREATED);
     let log = a.process.log_tail(400);
     assert!(
         log.contains("process stall detected") || log.contains("lease lost"),

@@ -5,6 +5,7 @@ mod api;
 mod common;
 mod failover;
 mod give_up;
+mod openapi;
 mod order_races;
 mod orders;
 mod routing;
