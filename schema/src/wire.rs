@@ -42,6 +42,20 @@ pub mod limits {
     pub const TTL_SECONDS_DEFAULT: u32 = 900;
     pub const ORDER_LINES_MAX: usize = 100;
     pub const BODY_MAX_BYTES: usize = 64 * 1024;
+
+    /// Every limit above by name, so that the API document's conformance test can require each
+    /// one to be stated there with the value enforced here; a limit added above belongs here too.
+    pub const ALL: &[(&str, i64)] = &[
+        ("SKU_MAX_LEN", SKU_MAX_LEN as i64),
+        ("ID_MAX_LEN", ID_MAX_LEN as i64),
+        ("QUANTITY_MAX", QUANTITY_MAX),
+        ("ADJUSTMENT_DELTA_MAX", ADJUSTMENT_DELTA_MAX),
+        ("TTL_SECONDS_MIN", TTL_SECONDS_MIN as i64),
+        ("TTL_SECONDS_MAX", TTL_SECONDS_MAX as i64),
+        ("TTL_SECONDS_DEFAULT", TTL_SECONDS_DEFAULT as i64),
+        ("ORDER_LINES_MAX", ORDER_LINES_MAX as i64),
+        ("BODY_MAX_BYTES", BODY_MAX_BYTES as i64),
+    ];
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -227,6 +241,23 @@ pub mod problem_type {
     pub const UPSTREAM_UNAVAILABLE: &str = "urn:allocator:problem:upstream-unavailable";
     pub const ORDER_FAILED: &str = "urn:allocator:problem:order-failed";
     pub const INTERNAL: &str = "urn:allocator:problem:internal";
+
+    /// Every problem type above, so that the API document's conformance test can require each
+    /// one to be documented; a type added above belongs here too.
+    pub const ALL: &[&str] = &[
+        INVALID_REQUEST,
+        INSUFFICIENT_STOCK,
+        IDEMPOTENCY_MISMATCH,
+        INVALID_STATE,
+        NOT_FOUND,
+        NOT_OWNER,
+        PARTITION_UNAVAILABLE,
+        SHRINK_BELOW_HELD,
+        STORAGE_UNAVAILABLE,
+        UPSTREAM_UNAVAILABLE,
+        ORDER_FAILED,
+        INTERNAL,
+    ];
 }
 
 /// The rules behind [`Sku`], [`ReservationId`], [`AdjustmentId`], [`Quantity`], [`TtlSeconds`]

@@ -28,6 +28,7 @@ use crate::metrics as m;
 use crate::replica::ownership::Ownership;
 pub use problem::ApiError;
 use schema::assignment;
+use schema::routes;
 use schema::wire::{limits, rule_violation, HEADER_EXPECTED_EPOCH};
 
 /// Shared by every HTTP worker; built once, outside actix's per-worker factory.
@@ -149,23 +150,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .error_handler(json_error),
     )
     .app_data(web::PathConfig::default().error_handler(path_error))
-    .service(resource("/v1/reservations").route(web::post().to(reservations::reserve)))
-    .service(
-        resource("/v1/reservations/{reservation_id}/confirm")
-            .route(web::post().to(reservations::confirm)),
-    )
-    .service(
-        resource("/v1/reservations/{reservation_id}/release")
-            .route(web::post().to(reservations::release)),
-    )
-    .service(resource("/v1/reservations/{reservation_id}").route(web::get().to(reservations::get)))
-    .service(resource("/v1/inventory/{sku}").route(web::get().to(inventory::get)))
-    .service(resource("/v1/inventory/{sku}/adjustments").route(web::post().to(inventory::adjust)))
-    .service(resource("/v1/partitions").route(web::get().to(cluster::partitions)))
-    .service(resource("/v1/jobs/settlement").route(web::get().to(cluster::settlement)))
-    .service(resource("/healthz").route(web::get().to(cluster::healthz)))
-    .service(resource("/readyz").route(web::get().to(cluster::readyz)))
-    .service(resource("/metrics").route(web::get().to(cluster::metrics)))
+    .service(resource(routes::RESERVE.path).route(web::post().to(reservations::reserve)))
+    .service(resource(routes::CONFIRM.path).route(web::post().to(reservations::confirm)))
+    .service(resource(routes::RELEASE.path).route(web::post().to(reservations::release)))
+    .service(resource(routes::GET_RESERVATION.path).route(web::get().to(reservations::get)))
+    .service(resource(routes::GET_INVENTORY.path).route(web::get().to(inventory::get)))
+    .service(resource(routes::ADJUST.path).route(web::post().to(inventory::adjust)))
+    .service(resource(routes::PARTITIONS.path).route(web::get().to(cluster::partitions)))
+    .service(resource(routes::SETTLEMENT_STATUS.path).route(web::get().to(cluster::settlement)))
+    .service(resource(routes::HEALTHZ.path).route(web::get().to(cluster::healthz)))
+    .service(resource(routes::READYZ.path).route(web::get().to(cluster::readyz)))
+    .service(resource(routes::METRICS.path).route(web::get().to(cluster::metrics)))
     .default_service(web::to(not_found));
 }
 

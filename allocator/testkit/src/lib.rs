@@ -9,6 +9,7 @@
 //!   port.
 //! * [`TcpProxy`]: a TCP proxy between a service and its database that can delay, blackhole
 //!   (partition) or cut connections.
+//! * [`ApiClient`]: a typed client of the public API (allocator replica or router).
 //! * [`ChildProcess`]: a spawned service binary that can be crashed, frozen or stopped, with its
 //!   output captured to a log file; plus [`free_port`] and [`cargo_bin`] to launch it.
 //!
@@ -20,6 +21,7 @@
 //! The harness is its own crate, used only as a dev-dependency, so that no service binary links
 //! it and every crate's tests share one copy.
 
+pub mod api_client;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
@@ -28,6 +30,7 @@ pub mod shared;
 
 mod procfs;
 
+pub use self::api_client::{Answer, ApiClient};
 pub use self::postgres::PgServer;
 pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::resident_set_kib;

@@ -5,8 +5,11 @@ use std::time::Duration;
 use crate::common::*;
 use allocator::fenced::StockDelta;
 use reqwest::StatusCode;
-use schema::wire::{problem_type, Problem, Reservation, ReservationStatus, HEADER_REPLAYED};
+use schema::wire::{
+    problem_type, AdjustmentRequest, Problem, Reservation, ReservationStatus, ReserveRequest,
+};
 use serde_json::json;
+use testkit::{Answer, ApiClient};
 
 async fn single_replica() -> (TestReplica, String) {
     let db = migrated_database(PARTITIONS).await;
@@ -27,107 +30,81 @@ async fn problem(response: reqwest::Response) -> Problem {
     response.json().await.expect("problem body")
 }
 
-async fn reserve(base: &str, id: &str, sku: &str, quantity: i64) -> reqwest::Response {
-    http()
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": id, "sku": sku, "quantity": quantity}))
-        .send()
-        .await
-        .expect("reserve")
-}
-
-async fn post(base: &str, path: &str) -> reqwest::Response {
-    http()
-        .post(format!("{base}{path}"))
-        .send()
-        .await
-        .expect("post")
+async fn reserve(api: &ApiClient, id: &str, sku: &str, quantity: i64) -> Answer<Reservation> {
+    api.reserve(&ReserveRequest {
+        reservation_id: id.parse().expect("valid id"),
+        sku: sku.parse().expect("valid sku"),
+        quantity: quantity.try_into().expect("valid quantity"),
+        ttl_seconds: None,
+    })
+    .await
 }
 
 #[tokio::test]
 async fn reserve_replay_confirm_release_lifecycle() {
     let (replica, db) = single_replica().await;
     let base = &replica.url;
+    let api = &replica.api;
     restock(base, "widget", 10).await;
 
-    let created = reserve(base, "r-1", "widget", 3).await;
-    assert_eq!(created.status(), StatusCode::CREATED);
-    assert!(created.headers().get(HEADER_REPLAYED).is_none());
-    let held: Reservation = created.json().await.unwrap();
+    let created = reserve(api, "r-1", "widget", 3).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert!(!created.replayed());
+    let held: Reservation = created.ok();
     assert_eq!(held.status, ReservationStatus::Held);
     assert_eq!((held.sku.as_str(), held.quantity), ("widget", 3));
     assert!(held.epoch >= 1);
 
     // Replay: same id and payload → the original outcome, marked as replayed.
-    let replay = reserve(base, "r-1", "widget", 3).await;
-    assert_eq!(replay.status(), StatusCode::OK);
-    assert_eq!(replay.headers().get(HEADER_REPLAYED).unwrap(), "true");
-    let replayed: Reservation = replay.json().await.unwrap();
+    let replay = reserve(api, "r-1", "widget", 3).await;
+    assert_eq!(replay.status, StatusCode::OK);
+    assert!(replay.replayed());
+    let replayed: Reservation = replay.ok();
     assert_eq!(replayed.reservation_id, "r-1");
     assert_eq!(replayed.expires_at, held.expires_at);
 
     // Reuse with another payload is refused, never applied.
-    let reuse = reserve(base, "r-1", "widget", 4).await;
-    assert_eq!(reuse.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(
-        problem(reuse).await.kind,
-        problem_type::IDEMPOTENCY_MISMATCH
-    );
-    let reuse_sku = reserve(base, "r-1", "gadget", 3).await;
-    assert_eq!(reuse_sku.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let reuse = reserve(api, "r-1", "widget", 4).await;
+    assert_eq!(reuse.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(reuse.problem().kind, problem_type::IDEMPOTENCY_MISMATCH);
+    let reuse_sku = reserve(api, "r-1", "gadget", 3).await;
+    assert_eq!(reuse_sku.status, StatusCode::UNPROCESSABLE_ENTITY);
 
-    let inventory: serde_json::Value = http()
-        .get(format!("{base}/v1/inventory/widget"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(inventory["available"], 7);
-    assert_eq!(inventory["held"], 3);
+    let inventory = api.inventory("widget").await.ok();
+    assert_eq!(inventory.available, 7);
+    assert_eq!(inventory.held, 3);
 
     // Confirm, and confirm again (idempotent), then release is forbidden.
-    let confirm = post(base, "/v1/reservations/r-1/confirm").await;
-    assert_eq!(confirm.status(), StatusCode::OK);
-    let confirmed: Reservation = confirm.json().await.unwrap();
+    let confirm = api.confirm("r-1").await;
+    assert_eq!(confirm.status, StatusCode::OK);
+    let confirmed: Reservation = confirm.ok();
     assert_eq!(confirmed.status, ReservationStatus::Confirmed);
-    let again = post(base, "/v1/reservations/r-1/confirm").await;
-    assert_eq!(again.status(), StatusCode::OK);
-    assert_eq!(again.headers().get(HEADER_REPLAYED).unwrap(), "true");
-    let release = post(base, "/v1/reservations/r-1/release").await;
-    assert_eq!(release.status(), StatusCode::CONFLICT);
-    let p = problem(release).await;
+    let again = api.confirm("r-1").await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert!(again.replayed());
+    let release = api.release("r-1").await;
+    assert_eq!(release.status, StatusCode::CONFLICT);
+    let p = release.problem();
     assert_eq!(p.kind, problem_type::INVALID_STATE);
     assert_eq!(p.current_status, Some(ReservationStatus::Confirmed));
 
     // Release path: release twice is fine, confirm afterwards is not.
     assert_eq!(
-        reserve(base, "r-2", "widget", 2).await.status(),
+        reserve(api, "r-2", "widget", 2).await.status,
         StatusCode::CREATED
     );
+    assert_eq!(api.release("r-2").await.status, StatusCode::OK);
+    let twice = api.release("r-2").await;
+    assert_eq!(twice.status, StatusCode::OK);
+    assert!(twice.replayed());
+    let late_confirm = api.confirm("r-2").await;
+    assert_eq!(late_confirm.status, StatusCode::CONFLICT);
     assert_eq!(
-        post(base, "/v1/reservations/r-2/release").await.status(),
-        StatusCode::OK
-    );
-    let twice = post(base, "/v1/reservations/r-2/release").await;
-    assert_eq!(twice.status(), StatusCode::OK);
-    assert_eq!(twice.headers().get(HEADER_REPLAYED).unwrap(), "true");
-    let late_confirm = post(base, "/v1/reservations/r-2/confirm").await;
-    assert_eq!(late_confirm.status(), StatusCode::CONFLICT);
-    assert_eq!(
-        problem(late_confirm).await.current_status,
+        late_confirm.problem().current_status,
         Some(ReservationStatus::Released)
     );
 
-    let fetched: Reservation = http()
-        .get(format!("{base}/v1/reservations/r-2"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let fetched = api.reservation("r-2").await.ok();
     assert_eq!(fetched.status, ReservationStatus::Released);
 
     let pg = client(&db).await;
@@ -150,34 +127,28 @@ async fn reserve_replay_confirm_release_lifecycle() {
 async fn out_of_stock_outcome_is_durable_and_replayed() {
     let (replica, _db) = single_replica().await;
     let base = &replica.url;
+    let api = &replica.api;
     restock(base, "scarce", 1).await;
 
-    let refused = reserve(base, "want-2", "scarce", 2).await;
-    assert_eq!(refused.status(), StatusCode::CONFLICT);
-    let p = problem(refused).await;
+    let refused = reserve(api, "want-2", "scarce", 2).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    let p = refused.problem();
     assert_eq!(p.kind, problem_type::INSUFFICIENT_STOCK);
     assert_eq!(p.available, Some(1));
 
     // More stock arrives; the same id still gets its original answer.
     restock(base, "scarce", 5).await;
-    let replay = reserve(base, "want-2", "scarce", 2).await;
-    assert_eq!(replay.status(), StatusCode::CONFLICT);
-    assert_eq!(replay.headers().get(HEADER_REPLAYED).unwrap(), "true");
-    assert_eq!(problem(replay).await.available, Some(1));
+    let replay = reserve(api, "want-2", "scarce", 2).await;
+    assert_eq!(replay.status, StatusCode::CONFLICT);
+    assert!(replay.replayed());
+    assert_eq!(replay.problem().available, Some(1));
     // GET and transitions on a refused id answer the same way.
-    let get = http()
-        .get(format!("{base}/v1/reservations/want-2"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(get.status(), StatusCode::CONFLICT);
-    assert_eq!(
-        post(base, "/v1/reservations/want-2/confirm").await.status(),
-        StatusCode::CONFLICT
-    );
+    let get = api.reservation("want-2").await;
+    assert_eq!(get.status, StatusCode::CONFLICT);
+    assert_eq!(api.confirm("want-2").await.status, StatusCode::CONFLICT);
     // A new id is served from the new stock.
     assert_eq!(
-        reserve(base, "want-2b", "scarce", 2).await.status(),
+        reserve(api, "want-2b", "scarce", 2).await.status,
         StatusCode::CREATED
     );
     replica.stop().await;
@@ -187,6 +158,7 @@ async fn out_of_stock_outcome_is_durable_and_replayed() {
 async fn invalid_input_is_a_problem_never_a_500() {
     let (replica, _db) = single_replica().await;
     let base = &replica.url;
+    let api = &replica.api;
     restock(base, "ok-sku", 5).await;
     let long_id = "x".repeat(256);
     let long_sku = "s".repeat(65);
@@ -306,14 +278,16 @@ async fn invalid_input_is_a_problem_never_a_500() {
     assert_eq!(oversized.status(), StatusCode::PAYLOAD_TOO_LARGE);
     problem(oversized).await;
 
-    let bad_adjust = http()
-        .post(format!("{base}/v1/inventory/ok-sku/adjustments"))
-        .json(&json!({"adjustment_id": "z", "delta": 0}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(bad_adjust.status(), StatusCode::BAD_REQUEST);
-    problem(bad_adjust).await;
+    // A zero delta cannot be built as a `Delta`; send the raw body.
+    let bad_adjust = api
+        .send::<_, schema::wire::Adjustment>(
+            &schema::routes::ADJUST,
+            &["ok-sku"],
+            Some(&json!({"adjustment_id": "z", "delta": 0})),
+        )
+        .await;
+    assert_eq!(bad_adjust.status, StatusCode::BAD_REQUEST);
+    bad_adjust.problem();
 
     for path in ["/v1/inventory/bad%20sku", "/v1/reservations/%01ctl"] {
         let response = http().get(format!("{base}{path}")).send().await.unwrap();
@@ -337,69 +311,54 @@ async fn invalid_input_is_a_problem_never_a_500() {
     problem(wrong_method).await;
 
     // Unknown things are 404s.
-    let unknown_reservation = post(base, "/v1/reservations/nope/confirm").await;
-    assert_eq!(unknown_reservation.status(), StatusCode::NOT_FOUND);
-    problem(unknown_reservation).await;
-    let unknown_sku = reserve(base, "u-1", "never-stocked", 1).await;
-    assert_eq!(unknown_sku.status(), StatusCode::NOT_FOUND);
-    problem(unknown_sku).await;
-    let unknown_inventory = http()
-        .get(format!("{base}/v1/inventory/never-stocked"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(unknown_inventory.status(), StatusCode::NOT_FOUND);
+    let unknown_reservation = api.confirm("nope").await;
+    assert_eq!(unknown_reservation.status, StatusCode::NOT_FOUND);
+    unknown_reservation.problem();
+    let unknown_sku = reserve(api, "u-1", "never-stocked", 1).await;
+    assert_eq!(unknown_sku.status, StatusCode::NOT_FOUND);
+    unknown_sku.problem();
+    let unknown_inventory = api.inventory("never-stocked").await;
+    assert_eq!(unknown_inventory.status, StatusCode::NOT_FOUND);
 
     // Nothing above touched the stock.
-    let inventory: serde_json::Value = http()
-        .get(format!("{base}/v1/inventory/ok-sku"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(inventory["available"], 5);
+    let inventory = api.inventory("ok-sku").await.ok();
+    assert_eq!(inventory.available, 5);
     replica.stop().await;
 }
 
 #[tokio::test]
 async fn adjustments_are_fenced_idempotent_and_refuse_shrinking_held_stock() {
     let (replica, db) = single_replica().await;
-    let base = &replica.url;
+    let api = &replica.api;
     let adjust = |id: &'static str, delta: i64| {
-        let base = base.clone();
-        async move {
-            http()
-                .post(format!("{base}/v1/inventory/bolt/adjustments"))
-                .json(&json!({"adjustment_id": id, "delta": delta}))
-                .send()
-                .await
-                .unwrap()
-        }
+        let request = AdjustmentRequest {
+            adjustment_id: id.parse().expect("valid id"),
+            delta: delta.try_into().expect("valid delta"),
+        };
+        async move { api.adjust("bolt", &request).await }
     };
     // Shrinking a SKU that does not exist yet.
-    assert_eq!(adjust("a-0", -1).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(adjust("a-0", -1).await.status, StatusCode::NOT_FOUND);
     let created = adjust("a-1", 10).await;
-    assert_eq!(created.status(), StatusCode::CREATED);
+    assert_eq!(created.status, StatusCode::CREATED);
     let replay = adjust("a-1", 10).await;
-    assert_eq!(replay.status(), StatusCode::OK);
-    assert_eq!(replay.headers().get(HEADER_REPLAYED).unwrap(), "true");
+    assert_eq!(replay.status, StatusCode::OK);
+    assert!(replay.replayed());
     assert_eq!(
-        adjust("a-1", 11).await.status(),
+        adjust("a-1", 11).await.status,
         StatusCode::UNPROCESSABLE_ENTITY
     );
 
     assert_eq!(
-        reserve(base, "hold-8", "bolt", 8).await.status(),
+        reserve(api, "hold-8", "bolt", 8).await.status,
         StatusCode::CREATED
     );
     let shrink = adjust("a-2", -3).await;
-    assert_eq!(shrink.status(), StatusCode::CONFLICT);
-    let p = problem(shrink).await;
+    assert_eq!(shrink.status, StatusCode::CONFLICT);
+    let p = shrink.problem();
     assert_eq!(p.kind, problem_type::SHRINK_BELOW_HELD);
     assert_eq!(p.available, Some(2));
-    assert_eq!(adjust("a-3", -2).await.status(), StatusCode::CREATED);
+    assert_eq!(adjust("a-3", -2).await.status, StatusCode::CREATED);
 
     let pg = client(&db).await;
     let (row, ledger) = ledger_balance(&pg, "bolt").await;
@@ -420,16 +379,19 @@ async fn adjustments_are_fenced_idempotent_and_refuse_shrinking_held_stock() {
 async fn overdue_holds_expire_and_return_stock() {
     let (replica, db) = single_replica().await;
     let base = &replica.url;
+    let api = &replica.api;
     restock(base, "melon", 4).await;
-    let response = http()
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": "short", "sku": "melon", "quantity": 3, "ttl_seconds": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::CREATED);
+    let response = api
+        .reserve(&ReserveRequest {
+            reservation_id: "short".parse().expect("valid id"),
+            sku: "melon".parse().expect("valid sku"),
+            quantity: 3.try_into().expect("valid quantity"),
+            ttl_seconds: Some(1.try_into().expect("valid ttl")),
+        })
+        .await;
+    assert_eq!(response.status, StatusCode::CREATED);
     assert_eq!(
-        reserve(base, "long", "melon", 1).await.status(),
+        reserve(api, "long", "melon", 1).await.status,
         StatusCode::CREATED
     );
 
@@ -462,25 +424,15 @@ async fn overdue_holds_expire_and_return_stock() {
         "the expired hold's stock is available again"
     );
     assert_eq!(row, ledger);
-    let confirm = post(base, "/v1/reservations/short/confirm").await;
-    assert_eq!(confirm.status(), StatusCode::CONFLICT);
+    let confirm = api.confirm("short").await;
+    assert_eq!(confirm.status, StatusCode::CONFLICT);
     assert_eq!(
-        problem(confirm).await.current_status,
+        confirm.problem().current_status,
         Some(ReservationStatus::Expired)
     );
     // Releasing an expired hold leaves the client where it wanted to be.
-    assert_eq!(
-        post(base, "/v1/reservations/short/release").await.status(),
-        StatusCode::OK
-    );
-    let get: Reservation = http()
-        .get(format!("{base}/v1/reservations/long"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    assert_eq!(api.release("short").await.status, StatusCode::OK);
+    let get = api.reservation("long").await.ok();
     assert_eq!(get.status, ReservationStatus::Held);
     replica.stop().await;
 }
@@ -491,8 +443,8 @@ async fn two_hundred_concurrent_reserves_on_fifty_units_hold_exactly_fifty() {
     let base = replica.url.clone();
     restock(&base, "hot", 50).await;
     let attempts = (0..200).map(|i| {
-        let base = base.clone();
-        tokio::spawn(async move { reserve(&base, &format!("c-{i}"), "hot", 1).await.status() })
+        let api = replica.api.clone();
+        tokio::spawn(async move { reserve(&api, &format!("c-{i}"), "hot", 1).await.status })
     });
     let statuses: Vec<StatusCode> = futures::future::join_all(attempts)
         .await
@@ -544,7 +496,7 @@ async fn two_hundred_concurrent_reserves_on_fifty_units_hold_exactly_fifty() {
 async fn partitions_health_ready_and_metrics() {
     let (replica, _db) = single_replica().await;
     let base = &replica.url;
-    let map = partition_map(base).await;
+    let map = replica.api.partitions().await.ok();
     assert_eq!(map.partition_count, PARTITIONS);
     assert_eq!(map.partitions.len(), PARTITIONS as usize);
     for (i, entry) in map.partitions.iter().enumerate() {
@@ -621,9 +573,9 @@ async fn a_partition_owned_elsewhere_is_421_naming_the_owner() {
         .find(|s| schema::partition::partition_for(s, PARTITIONS) == theirs.partition)
         .unwrap();
 
-    let misdirected = reserve(&a.url, "m-1", &sku, 1).await;
-    assert_eq!(misdirected.status(), StatusCode::MISDIRECTED_REQUEST);
-    let p = problem(misdirected).await;
+    let misdirected = reserve(&a.api, "m-1", &sku, 1).await;
+    assert_eq!(misdirected.status, StatusCode::MISDIRECTED_REQUEST);
+    let p = misdirected.problem();
     assert_eq!(p.kind, problem_type::NOT_OWNER);
     assert_eq!(p.partition, Some(theirs.partition));
     assert_eq!(p.owner_id.as_deref(), Some("own-b"));
@@ -632,7 +584,7 @@ async fn a_partition_owned_elsewhere_is_421_naming_the_owner() {
     // Nothing was recorded for the misdirected id: the owner serves it fresh.
     restock(&b.url, &sku, 1).await;
     assert_eq!(
-        reserve(&b.url, "m-1", &sku, 1).await.status(),
+        reserve(&b.api, "m-1", &sku, 1).await.status,
         StatusCode::CREATED
     );
     a.stop().await;

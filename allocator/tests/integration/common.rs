@@ -7,8 +7,9 @@ use allocator::app::Application;
 use allocator::config::{AllocatorConfig, Cli, Command};
 use allocator::fenced::StockDelta;
 use clap::Parser as _;
-use schema::wire::PartitionMap;
+use schema::wire::{AdjustmentRequest, PartitionMap};
 use testkit::shared::fresh_database;
+use testkit::ApiClient;
 use tokio_util::sync::CancellationToken;
 
 pub const PARTITIONS: u32 = 8;
@@ -71,6 +72,8 @@ pub fn fast_config(database_url: &str, replica_id: &str) -> AllocatorConfig {
 
 pub struct TestReplica {
     pub url: String,
+    /// Typed client of this replica's API.
+    pub api: ApiClient,
     pub replica_id: String,
     pub shutdown: CancellationToken,
     pub ownership: std::sync::Arc<allocator::replica::ownership::Ownership>,
@@ -89,6 +92,7 @@ impl TestReplica {
         let ownership = app.ownership();
         let task = tokio::spawn(app.run_until_stopped());
         Self {
+            api: ApiClient::new(url.clone()),
             url,
             replica_id,
             shutdown,
@@ -112,14 +116,7 @@ pub fn http() -> reqwest::Client {
 }
 
 pub async fn partition_map(base: &str) -> PartitionMap {
-    http()
-        .get(format!("{base}/v1/partitions"))
-        .send()
-        .await
-        .expect("partitions")
-        .json()
-        .await
-        .expect("partition map")
+    ApiClient::new(base).partitions().await.ok()
 }
 
 /// Wait until every partition has a live owner and `pred` holds for the map.
@@ -155,22 +152,24 @@ pub fn all_owned_by_one_of(map: &PartitionMap, owners: &[&str]) -> bool {
 
 /// Restock `sku` by `delta` through `base`, retrying while ownership settles.
 pub async fn restock(base: &str, sku: &str, delta: i64) {
+    let api = ApiClient::new(base);
+    let request = AdjustmentRequest {
+        adjustment_id: format!("seed-{sku}-{delta}")
+            .parse()
+            .expect("valid adjustment id"),
+        delta: delta.try_into().expect("valid delta"),
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let response = http()
-            .post(format!("{base}/v1/inventory/{sku}/adjustments"))
-            .json(&serde_json::json!({"adjustment_id": format!("seed-{sku}-{delta}"), "delta": delta}))
-            .send()
-            .await
-            .expect("restock");
-        if response.status().is_success() {
+        let answer = api.adjust(sku, &request).await;
+        if answer.status.is_success() {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "restock kept failing: {} {}",
-            response.status(),
-            response.text().await.unwrap_or_default()
+            "restock kept failing: {} {:?}",
+            answer.status,
+            answer.body
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

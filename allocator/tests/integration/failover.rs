@@ -10,9 +10,9 @@ use crate::common::*;
 use crate::processes::{faked_clock_env, spawn_replica, spawn_replica_with};
 use reqwest::StatusCode;
 use schema::partition::partition_for;
-use schema::wire::PartitionMap;
+use schema::wire::{PartitionMap, ReserveRequest};
 use serde_json::json;
-use testkit::{PgServer, ProxyMode, TcpProxy};
+use testkit::{ApiClient, PgServer, ProxyMode, TcpProxy};
 
 const TTL_MS: u64 = 2000;
 use crate::processes::CAMPAIGN_MS;
@@ -203,13 +203,15 @@ async fn paused_owner_cannot_write_after_a_takeover() {
         .get(0);
     assert_eq!(stale, 0);
     // The new owner serves the SKU.
-    let served = http()
-        .post(format!("{}/v1/reservations", b.url))
-        .json(&json!({"reservation_id": "fresh-1", "sku": sku, "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(served.status(), StatusCode::CREATED);
+    let served = ApiClient::new(&b.url)
+        .reserve(&ReserveRequest {
+            reservation_id: "fresh-1".parse().expect("valid id"),
+            sku: sku.parse().expect("valid sku"),
+            quantity: 1.try_into().expect("valid quantity"),
+            ttl_seconds: None,
+        })
+        .await;
+    assert_eq!(served.status, StatusCode::CREATED);
     let log = a.process.log_tail(400);
     assert!(
         log.contains("process stall detected") || log.contains("lease lost"),

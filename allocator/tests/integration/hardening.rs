@@ -10,6 +10,7 @@ use reqwest::StatusCode;
 use schema::partition::partition_for;
 use schema::wire::{problem_type, Problem, Reservation, ReservationStatus, HEADER_EXPECTED_EPOCH};
 use serde_json::json;
+use testkit::ApiClient;
 
 /// A SKU that lands in `partition`, distinct per `tag`.
 fn sku_in(partition: u32, tag: &str) -> String {
@@ -41,15 +42,7 @@ async fn reserve(base: &str, id: &str, sku: &str, quantity: i64, ttl: u32) -> re
 }
 
 async fn available(base: &str, sku: &str) -> i64 {
-    let body: serde_json::Value = http()
-        .get(format!("{base}/v1/inventory/{sku}"))
-        .send()
-        .await
-        .expect("inventory")
-        .json()
-        .await
-        .expect("inventory body");
-    body["available"].as_i64().expect("available")
+    ApiClient::new(base).inventory(sku).await.ok().available
 }
 
 async fn start(config: allocator::config::AllocatorConfig) -> TestReplica {
@@ -320,13 +313,9 @@ async fn replaying_an_overdue_hold_reports_it_expired_and_frees_its_stock() {
     let body: Reservation = replay.json().await.unwrap();
     assert_eq!(body.status, ReservationStatus::Expired, "never 'held'");
     assert_eq!(available(&base, "late").await, 3, "its stock is back");
-    let confirm = http()
-        .post(format!("{base}/v1/reservations/late-1/confirm"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(confirm.status(), StatusCode::CONFLICT);
-    let problem: Problem = confirm.json().await.unwrap();
+    let confirm = ApiClient::new(base).confirm("late-1").await;
+    assert_eq!(confirm.status, StatusCode::CONFLICT);
+    let problem = confirm.problem();
     assert_eq!(problem.current_status, Some(ReservationStatus::Expired));
     let pg = client(&db).await;
     let (row, ledger) = ledger_balance(&pg, "late").await;

@@ -14,6 +14,7 @@ pub mod reservations;
 
 use actix_web::error::{JsonPayloadError, PathError};
 use actix_web::{web, HttpRequest, HttpResponse};
+use schema::routes;
 use schema::wire::{limits, rule_violation};
 
 use crate::error::RouterError;
@@ -23,62 +24,62 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.app_data(json_config())
         .app_data(path_config())
         .service(
-            web::resource("/v1/reservations")
+            web::resource(routes::RESERVE.path)
                 .route(web::post().to(reservations::create))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/v1/reservations/{id}")
+            web::resource(routes::GET_RESERVATION.path)
                 .route(web::get().to(reservations::get))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/v1/reservations/{id}/confirm")
+            web::resource(routes::CONFIRM.path)
                 .route(web::post().to(reservations::confirm))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/v1/reservations/{id}/release")
+            web::resource(routes::RELEASE.path)
                 .route(web::post().to(reservations::release))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/v1/inventory/{sku}")
+            web::resource(routes::GET_INVENTORY.path)
                 .route(web::get().to(inventory::get))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/v1/inventory/{sku}/adjustments")
+            web::resource(routes::ADJUST.path)
                 .route(web::post().to(inventory::adjust))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/v1/orders/{order_id}/reservations")
+            web::resource(routes::RESERVE_ORDER.path)
                 .route(web::post().to(orders::create))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/v1/partitions")
+            web::resource(routes::PARTITIONS.path)
                 .route(web::get().to(partitions::get))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/v1/jobs/settlement")
+            web::resource(routes::SETTLEMENT_STATUS.path)
                 .route(web::get().to(partitions::settlement))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/healthz")
+            web::resource(routes::HEALTHZ.path)
                 .route(web::get().to(health::healthz))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/readyz")
+            web::resource(routes::READYZ.path)
                 .route(web::get().to(health::readyz))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
-            web::resource("/metrics")
+            web::resource(routes::METRICS.path)
                 .route(web::get().to(health::metrics))
                 .default_service(web::to(method_not_allowed)),
         );

@@ -3,7 +3,7 @@
 
 use crate::common::{http, metric, owner_of, serial, Cluster};
 use schema::partition::partition_for;
-use schema::wire::{problem_type, PartitionMap, Problem, Reservation, ReservationStatus};
+use schema::wire::{problem_type, Problem, ReservationStatus, ReserveRequest};
 use serde_json::json;
 
 const PARTITIONS: u32 = 16;
@@ -31,156 +31,89 @@ async fn forwards_to_the_owner_and_passes_answers_through() {
     let client = http();
     cluster.restock(base, "sku-a", 5).await;
 
+    let api = &router.api;
+    let reserve = |id: &str, sku: &str, quantity: i64| ReserveRequest {
+        reservation_id: id.parse().expect("valid id"),
+        sku: sku.parse().expect("valid sku"),
+        quantity: quantity.try_into().expect("valid quantity"),
+        ttl_seconds: None,
+    };
+
     // New hold: 201 from the partition's owner.
-    let response = client
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": "r-1", "sku": "sku-a", "quantity": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    let served_by = response.headers()["x-served-by"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let r: Reservation = response.json().await.unwrap();
+    let answer = api.reserve(&reserve("r-1", "sku-a", 2)).await;
+    assert_eq!(answer.status, 201);
+    let served_by = answer.header("x-served-by").unwrap().to_owned();
+    let r = answer.ok();
     assert_eq!(r.status, ReservationStatus::Held);
     assert_eq!(r.partition, partition_for("sku-a", PARTITIONS));
     let map = cluster.map().await;
     assert_eq!(Some(served_by), owner_of(&map, r.partition));
 
     // Replay: 200 + Idempotent-Replayed, same reservation.
-    let response = client
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": "r-1", "sku": "sku-a", "quantity": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(response.headers()["idempotent-replayed"], "true");
-    assert_eq!(
-        response.json::<Reservation>().await.unwrap().reservation_id,
-        "r-1"
-    );
+    let answer = api.reserve(&reserve("r-1", "sku-a", 2)).await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.replayed());
+    assert_eq!(answer.ok().reservation_id, "r-1");
 
     // Reuse with another payload: 422.
-    let response = client
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": "r-1", "sku": "sku-a", "quantity": 3}))
-        .send()
-        .await
-        .unwrap();
-    let (status, p) = problem(response).await;
+    let answer = api.reserve(&reserve("r-1", "sku-a", 3)).await;
+    let status = answer.status;
+    let p = answer.problem();
     assert_eq!(
-        (status, p.kind.as_str()),
+        (status.as_u16(), p.kind.as_str()),
         (422, problem_type::IDEMPOTENCY_MISMATCH)
     );
 
     // Out of stock: 409 with what is available.
-    let response = client
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": "r-2", "sku": "sku-a", "quantity": 4}))
-        .send()
-        .await
-        .unwrap();
-    let (status, p) = problem(response).await;
+    let answer = api.reserve(&reserve("r-2", "sku-a", 4)).await;
+    let status = answer.status;
+    let p = answer.problem();
     assert_eq!(
-        (status, p.kind.as_str()),
+        (status.as_u16(), p.kind.as_str()),
         (409, problem_type::INSUFFICIENT_STOCK)
     );
     assert_eq!(p.available, Some(3));
 
     // Unknown SKU: the allocator's 404.
-    let response = client
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": "r-3", "sku": "nope", "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 404);
+    assert_eq!(api.reserve(&reserve("r-3", "nope", 1)).await.status, 404);
 
     // Lifecycle by id (partition found through PostgreSQL).
-    let get = client
-        .get(format!("{base}/v1/reservations/r-1"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(get.status(), 200);
-    let confirm = client
-        .post(format!("{base}/v1/reservations/r-1/confirm"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(confirm.status(), 200);
+    assert_eq!(api.reservation("r-1").await.status, 200);
+    let confirm = api.confirm("r-1").await;
+    assert_eq!(confirm.status, 200);
+    assert_eq!(confirm.ok().status, ReservationStatus::Confirmed);
+    let release = api.release("r-1").await;
+    let status = release.status;
+    let p = release.problem();
     assert_eq!(
-        confirm.json::<Reservation>().await.unwrap().status,
-        ReservationStatus::Confirmed
-    );
-    let release = client
-        .post(format!("{base}/v1/reservations/r-1/release"))
-        .send()
-        .await
-        .unwrap();
-    let (status, p) = problem(release).await;
-    assert_eq!(
-        (status, p.kind.as_str()),
+        (status.as_u16(), p.kind.as_str()),
         (409, problem_type::INVALID_STATE)
     );
     assert_eq!(p.current_status, Some(ReservationStatus::Confirmed));
 
     // Unknown reservation: 404 without asking an allocator.
-    let response = client
-        .get(format!("{base}/v1/reservations/missing"))
-        .send()
-        .await
-        .unwrap();
-    let (status, p) = problem(response).await;
-    assert_eq!((status, p.kind.as_str()), (404, problem_type::NOT_FOUND));
+    let answer = api.reservation("missing").await;
+    let status = answer.status;
+    let p = answer.problem();
+    assert_eq!(
+        (status.as_u16(), p.kind.as_str()),
+        (404, problem_type::NOT_FOUND)
+    );
 
     // Ids with reserved characters survive the hop (percent-encoded both ways).
     let odd_id = "odd/id?x=1#%20 ü";
-    let response = client
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": odd_id, "sku": "sku-a", "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    let encoded = schema::path::encode_segment(odd_id);
-    let response = client
-        .get(format!("{base}/v1/reservations/{encoded}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(
-        response.json::<Reservation>().await.unwrap().reservation_id,
-        odd_id
-    );
-    let response = client
-        .post(format!("{base}/v1/reservations/{encoded}/release"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    assert_eq!(api.reserve(&reserve(odd_id, "sku-a", 1)).await.status, 201);
+    let answer = api.reservation(odd_id).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.ok().reservation_id, odd_id);
+    assert_eq!(api.release(odd_id).await.status, 200);
 
     // Inventory and the map.
-    let response = client
-        .get(format!("{base}/v1/inventory/sku-a"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let inventory: schema::wire::Inventory = response.json().await.unwrap();
+    let answer = api.inventory("sku-a").await;
+    assert_eq!(answer.status, 200);
+    let inventory = answer.ok();
     assert_eq!((inventory.on_hand, inventory.available), (5, 3));
-    let map: PartitionMap = client
-        .get(format!("{base}/v1/partitions"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let map = api.partitions().await.ok();
     assert_eq!(map.partition_count, PARTITIONS);
     assert!(map.partitions.iter().all(|p| p.owner_id.is_some()));
     assert_eq!(

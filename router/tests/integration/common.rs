@@ -18,7 +18,7 @@ use router::assignment_cache::AssignmentCache;
 use router::{Application, RouterConfig};
 use schema::wire::PartitionMap;
 use testkit::shared::fresh_database;
-use testkit::{cargo_bin, free_port, ChildProcess, RedisServer, TcpProxy};
+use testkit::{cargo_bin, free_port, ApiClient, ChildProcess, RedisServer, TcpProxy};
 use tokio_util::sync::CancellationToken;
 
 /// Lease TTL of the test allocators; failover takes about this plus one campaign period.
@@ -309,6 +309,8 @@ pub fn owner_of(map: &PartitionMap, partition: u32) -> Option<String> {
 
 pub struct TestRouter {
     pub url: String,
+    /// Typed client of this router's API.
+    pub api: ApiClient,
     pub cache: Arc<AssignmentCache>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -322,6 +324,7 @@ impl TestRouter {
         let shutdown = app.shutdown_token();
         let task = tokio::spawn(app.run_until_stopped());
         TestRouter {
+            api: ApiClient::new(url.clone()),
             url,
             cache,
             shutdown,

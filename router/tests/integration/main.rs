@@ -6,6 +6,7 @@ mod common;
 mod failover;
 mod give_up;
 mod handoff;
+mod openapi;
 mod order_races;
 mod orders;
 mod request_id;

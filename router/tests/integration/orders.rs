@@ -2,8 +2,9 @@
 //! compensation, retries converging, and an order "resumed" after a router died mid-way.
 
 use crate::common::{http, serial, Cluster};
-use schema::wire::{problem_type, Inventory, Reservation, ReservationStatus};
+use schema::wire::{problem_type, Reservation, ReservationStatus, ReserveRequest};
 use serde_json::{json, Value};
+use testkit::ApiClient;
 
 async fn order(base: &str, order_id: &str, lines: Value) -> (u16, Option<String>, Value) {
     let response = http()
@@ -21,15 +22,17 @@ async fn order(base: &str, order_id: &str, lines: Value) -> (u16, Option<String>
 }
 
 async fn available(base: &str, sku: &str) -> i64 {
-    http()
-        .get(format!("{base}/v1/inventory/{sku}"))
-        .send()
-        .await
-        .unwrap()
-        .json::<Inventory>()
-        .await
-        .unwrap()
-        .available
+    ApiClient::new(base).inventory(sku).await.ok().available
+}
+
+/// A single-line hold with the id an order gives its line.
+fn line_hold(reservation_id: &str, sku: &str, quantity: i64) -> ReserveRequest {
+    ReserveRequest {
+        reservation_id: reservation_id.parse().expect("valid id"),
+        sku: sku.parse().expect("valid sku"),
+        quantity: quantity.try_into().expect("valid quantity"),
+        ttl_seconds: None,
+    }
 }
 
 async fn status_in_db(cluster: &Cluster, id: &str) -> Option<String> {
@@ -144,13 +147,8 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
 
     // 7. A router that died mid-order: line 0 was reserved, nothing else happened. The client
     //    retries the order (through any router) and it converges to a complete order.
-    let line0 = http()
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": "o-5:0", "sku": "plum", "quantity": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(line0.status(), 201);
+    let line0 = router.api.reserve(&line_hold("o-5:0", "plum", 2)).await;
+    assert_eq!(line0.status, 201);
     let other_router = cluster.router(|_| {}).await;
     let (status, replayed, body) = order(
         &other_router.url,
@@ -199,13 +197,8 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
 
     // 9. A line id already taken by a reservation with another payload (reserved directly under
     //    that id): 422, the other reservation is left alone, this order's new hold is released.
-    let direct = http()
-        .post(format!("{base}/v1/reservations"))
-        .json(&json!({"reservation_id": "o-6:0", "sku": "plum", "quantity": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(direct.status(), 201);
+    let direct = router.api.reserve(&line_hold("o-6:0", "plum", 1)).await;
+    assert_eq!(direct.status, 201);
     let (status, _, body) = order(
         base,
         "o-6",

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::common::{balanced, http, metric, owner_of, serial, Cluster};
 use futures::StreamExt;
 use schema::partition::partition_for;
-use schema::wire::Adjustment;
+use schema::wire::{Adjustment, ReserveRequest};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,19 +140,18 @@ async fn a_stale_map_is_refreshed_on_421_and_the_request_succeeds() {
     )
     .await;
 
-    let client = http();
     for (i, sku) in skus.iter().enumerate() {
-        let response = client
-            .post(format!("{}/v1/reservations", router.url))
-            .json(&json!({"reservation_id": format!("stale-r-{i}"), "sku": sku, "quantity": 1}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 201, "{sku}");
-        let served_by = response.headers()["x-served-by"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let response = router
+            .api
+            .reserve(&ReserveRequest {
+                reservation_id: format!("stale-r-{i}").parse().expect("valid id"),
+                sku: sku.parse().expect("valid sku"),
+                quantity: 1.try_into().expect("valid quantity"),
+                ttl_seconds: None,
+            })
+            .await;
+        assert_eq!(response.status, 201, "{sku}");
+        let served_by = response.header("x-served-by").unwrap().to_owned();
         let partition = partition_for(sku, PARTITIONS);
         assert_eq!(Some(served_by), owner_of(&map, partition), "{sku}");
     }

@@ -19,20 +19,24 @@
 //! is killed outright no destructor runs; the server then shares the test's process group, so an
 //! interactive Ctrl-C still shuts it down. Do not keep a `PgServer` in a `static`: statics are
 //! never dropped.
+//!
+//! The server's lifecycle and faults live here; creating the cluster and launching the
+//! postmaster (as the right user) live in [`launch`].
 
-use std::fs::OpenOptions;
-use std::os::unix::process::CommandExt;
+mod launch;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::signal::Signal;
-use nix::unistd::{Gid, Uid, User};
+use nix::unistd::{Gid, Uid};
 use tempfile::TempDir;
 use tokio_postgres::NoTls;
 
+use self::launch::{pg_bin_dir, server_user, LaunchError};
 use super::process::free_port;
 use super::procfs::{self, ProcId};
 
@@ -311,148 +315,6 @@ impl PgServer {
         procfs::signal(pm, Signal::SIGCONT);
         self.paused.store(false, Ordering::SeqCst);
     }
-
-    /// Applies the server user (if we are root) and a working directory that user can access.
-    fn prepare_std(&self, cmd: &mut Command) {
-        cmd.current_dir(self.tmp.path());
-        if let Some((uid, gid)) = self.run_as {
-            cmd.uid(uid.as_raw()).gid(gid.as_raw());
-        }
-    }
-
-    async fn initdb(&self) -> Result<()> {
-        let initdb = self.bin_dir.join("initdb");
-        let mut cmd = tokio::process::Command::new(&initdb);
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "--no-sync",
-                "-E",
-                "UTF8",
-                "--locale=C",
-            ])
-            .current_dir(self.tmp.path())
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        if let Some((uid, gid)) = self.run_as {
-            cmd.uid(uid.as_raw()).gid(gid.as_raw());
-        }
-        let out = cmd
-            .output()
-            .await
-            .with_context(|| format!("running {}", initdb.display()))?;
-        if !out.status.success() {
-            bail!(
-                "{} failed with {}:\n{}{}",
-                initdb.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
-    }
-
-    /// Spawns the postmaster on `self.port` and waits until it accepts connections.
-    async fn launch(&mut self) -> Result<(), LaunchError> {
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .context("opening PostgreSQL log")?;
-        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
-        let postgres = self.bin_dir.join("postgres");
-        let mut cmd = Command::new(&postgres);
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .arg("-p")
-            .arg(self.port.to_string())
-            .arg("-k")
-            .arg(&self.socket_dir)
-            .args([
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=off",
-                "-c",
-                "synchronous_commit=off",
-                "-c",
-                "full_page_writes=off",
-                "-c",
-                "max_connections=300",
-                "-c",
-                "shared_buffers=64MB",
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().context("duplicating log handle")?)
-            .stderr(log);
-        self.prepare_std(&mut cmd);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("spawning {}", postgres.display()))?;
-        let pid = child.id();
-        self.last_pid = pid;
-        self.postmaster_id = procfs::proc_id(pid as i32);
-        self.postmaster = Some(child);
-        self.paused.store(false, Ordering::SeqCst);
-
-        let url = self.url();
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let child = self.postmaster.as_mut().expect("just spawned");
-            if let Some(status) = child.try_wait().context("polling postmaster")? {
-                self.postmaster = None;
-                self.postmaster_id = None;
-                let new_log = read_from(&self.log_path, log_start);
-                let err = anyhow!(
-                    "PostgreSQL on port {} exited during startup with {status}; log:\n{}",
-                    self.port,
-                    new_log
-                );
-                return Err(if new_log.contains("Address already in use") {
-                    LaunchError::PortInUse(err)
-                } else {
-                    LaunchError::Other(err)
-                });
-            }
-            let last_err = match tokio::time::timeout(
-                Duration::from_secs(2),
-                tokio_postgres::connect(&url, NoTls),
-            )
-            .await
-            {
-                Ok(Ok((client, connection))) => {
-                    // Dropping the client makes the connection send Terminate and finish.
-                    drop(client);
-                    let _ = tokio::time::timeout(Duration::from_secs(2), connection).await;
-                    if self.postmaster_id.is_none() {
-                        self.postmaster_id = procfs::proc_id(pid as i32);
-                    }
-                    return Ok(());
-                }
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => "connection attempt timed out".to_string(),
-            };
-            if Instant::now() >= deadline {
-                let tail = self.log_tail(LOG_TAIL_LINES);
-                if let (Some(mut child), Some(pm)) =
-                    (self.postmaster.take(), self.postmaster_id.take())
-                {
-                    procfs::kill_tree(&pm, &mut child);
-                }
-                return Err(LaunchError::Other(anyhow!(
-                    "PostgreSQL on port {} not ready within {READY_TIMEOUT:?} (last error: \
-                     {last_err}); log tail:\n{tail}",
-                    self.port
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
 }
 
 impl Drop for PgServer {
@@ -495,95 +357,7 @@ impl Drop for PgServer {
     }
 }
 
-/// Why a launch failed: a taken port is retried with another port by `start`.
-enum LaunchError {
-    /// The postmaster could not bind its port (someone took it after `free_port`).
-    PortInUse(anyhow::Error),
-    /// Anything else; not retried.
-    Other(anyhow::Error),
-}
-
-impl LaunchError {
-    fn into_inner(self) -> anyhow::Error {
-        match self {
-            LaunchError::PortInUse(e) | LaunchError::Other(e) => e,
-        }
-    }
-}
-
-impl From<anyhow::Error> for LaunchError {
-    fn from(e: anyhow::Error) -> Self {
-        LaunchError::Other(e)
-    }
-}
-
-/// The PostgreSQL binary directory: `$ALLOCATOR_PG_BIN`, else the highest version under
-/// `/usr/lib/postgresql/<version>/bin` (Debian's layout allows several side by side).
-fn pg_bin_dir() -> Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("ALLOCATOR_PG_BIN") {
-        let dir = PathBuf::from(dir);
-        if !dir.join("postgres").is_file() || !dir.join("initdb").is_file() {
-            bail!(
-                "ALLOCATOR_PG_BIN={} does not contain postgres and initdb",
-                dir.display()
-            );
-        }
-        return Ok(dir);
-    }
-    let root = Path::new("/usr/lib/postgresql");
-    let mut best: Option<(Vec<u32>, PathBuf)> = None;
-    for entry in std::fs::read_dir(root).with_context(|| {
-        format!(
-            "listing {} (install PostgreSQL or set ALLOCATOR_PG_BIN)",
-            root.display()
-        )
-    })? {
-        let entry = entry?;
-        let Some(version) = entry.file_name().to_str().and_then(|n| {
-            n.split('.')
-                .map(|p| p.parse::<u32>().ok())
-                .collect::<Option<Vec<u32>>>()
-        }) else {
-            continue;
-        };
-        let bin = entry.path().join("bin");
-        if bin.join("postgres").is_file()
-            && bin.join("initdb").is_file()
-            && best.as_ref().is_none_or(|(v, _)| version > *v)
-        {
-            best = Some((version, bin));
-        }
-    }
-    best.map(|(_, bin)| bin).ok_or_else(|| {
-        anyhow!(
-            "no PostgreSQL under {}/<version>/bin; set ALLOCATOR_PG_BIN",
-            root.display()
-        )
-    })
-}
-
-/// The user to run the server as: `postgres` when we are root, else ourselves (`None`).
-fn server_user() -> Result<Option<(Uid, Gid)>> {
-    if !nix::unistd::geteuid().is_root() {
-        return Ok(None);
-    }
-    let user = User::from_name("postgres")
-        .context("looking up the postgres user")?
-        .ok_or_else(|| {
-            anyhow!("running as root but there is no `postgres` user to run PostgreSQL as")
-        })?;
-    Ok(Some((user.uid, user.gid)))
-}
-
 /// Quotes an SQL identifier (database names may need it, e.g. with dashes).
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// The part of a file written after byte `offset` (this launch's share of the log).
-fn read_from(path: &Path, offset: u64) -> String {
-    match std::fs::read(path) {
-        Ok(bytes) => String::from_utf8_lossy(bytes.get(offset as usize..).unwrap_or(&[])).into(),
-        Err(e) => format!("<could not read {}: {e}>", path.display()),
-    }
 }

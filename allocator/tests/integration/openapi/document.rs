@@ -1,0 +1,400 @@
+//! Static checks of the document against the code's declarations.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{served_by, served_by_allocator, walk, Contract};
+use schema::routes::{self, Served};
+use schema::wire::{limits, problem_type, validate, Problem, ReservationStatus};
+use schema::wire::{HEADER_EXPECTED_EPOCH, PROBLEM_CONTENT_TYPE};
+use serde_json::{json, Value};
+
+const SERVERS: [&str; 2] = ["allocator", "router"];
+
+#[test]
+fn document_is_openapi_3_1_and_every_schema_compiles() {
+    let contract = Contract::load();
+    let doc = &contract.doc;
+    let version = doc["openapi"].as_str().expect("`openapi` is a string");
+    assert!(version.starts_with("3.1"), "openapi is {version}");
+    assert!(doc["info"]["title"].is_string() && doc["info"]["version"].is_string());
+    walk(doc, &mut |node| {
+        contract.resolve(node);
+    });
+    // Building a validator checks a schema against the 2020-12 meta-schema.
+    for schema in doc["components"]["schemas"]
+        .as_object()
+        .expect("schemas")
+        .values()
+    {
+        contract.validator(schema, true);
+    }
+}
+
+#[test]
+fn operations_are_the_route_table() {
+    let contract = Contract::load();
+    type Routes<'a> = BTreeMap<(String, String), BTreeSet<&'a str>>;
+    let documented: Routes = contract
+        .operations()
+        .iter()
+        .map(|op| {
+            let servers = served_by(op.op).unwrap_or_else(|| panic!("{} x-served-by", op.name()));
+            for server in &servers {
+                assert!(SERVERS.contains(server), "{}: server {server}", op.name());
+            }
+            let key = (op.method.to_uppercase(), op.path.to_owned());
+            (key, servers.into_iter().collect())
+        })
+        .collect();
+    let table: Routes = routes::ALL
+        .iter()
+        .map(|route| {
+            let servers = match route.served {
+                Served::Both => BTreeSet::from(["allocator", "router"]),
+                Served::Router => BTreeSet::from(["router"]),
+            };
+            ((route.method.to_owned(), route.path.to_owned()), servers)
+        })
+        .collect();
+    assert_eq!(
+        documented, table,
+        "the document's operations and x-served-by vs schema::routes::ALL"
+    );
+}
+
+#[test]
+fn operations_are_well_formed() {
+    let contract = Contract::load();
+    let mut operation_ids = BTreeSet::new();
+    let mut failures = Vec::new();
+    for op in contract.operations() {
+        let mut fail = |message: String| failures.push(format!("{}: {message}", op.name()));
+        let id = op.op["operationId"].as_str().unwrap_or_default();
+        if id.is_empty() || !operation_ids.insert(id.to_owned()) {
+            fail(format!("operationId {id:?} missing or not unique"));
+        }
+        // Path parameters and the path template agree.
+        let mut in_template: Vec<&str> = op
+            .path
+            .split('{')
+            .skip(1)
+            .map(|s| s.split('}').next().unwrap_or_default())
+            .collect();
+        let path_parameters = op.path_parameters(&contract);
+        let mut declared: Vec<&str> = path_parameters
+            .iter()
+            .map(|p| p["name"].as_str().expect("parameter name"))
+            .collect();
+        in_template.sort();
+        declared.sort();
+        if in_template != declared {
+            fail(format!("path parameters {declared:?} vs {in_template:?}"));
+        }
+        let responses = op.responses();
+        let has = |status: &str| responses.contains_key(status);
+        if has("default") {
+            fail("a `default` response would document every status".into());
+        }
+        for (status, response) in responses {
+            let Ok(code) = status.parse::<u16>() else {
+                fail(format!("response key {status} is not a status code"));
+                continue;
+            };
+            let response = contract.resolve(response);
+            let content = response["content"].as_object().cloned().unwrap_or_default();
+            if content.is_empty() {
+                fail(format!("{status} has no content"));
+            }
+            let problem_types = response.get("x-problem-types").and_then(Value::as_array);
+            if code < 400 {
+                if problem_types.is_some() {
+                    fail(format!("{status} is not an error but lists problem types"));
+                }
+            } else {
+                if !content.contains_key(PROBLEM_CONTENT_TYPE) {
+                    fail(format!("{status} is not {PROBLEM_CONTENT_TYPE}"));
+                }
+                for (media_type, media) in &content {
+                    if media_type != PROBLEM_CONTENT_TYPE && served_by_allocator(media) {
+                        fail(format!("{status} {media_type} must be router-only"));
+                    }
+                }
+                match problem_types {
+                    Some(types) if !types.is_empty() => {
+                        for t in types {
+                            if !problem_type::ALL.iter().any(|known| t == known) {
+                                fail(format!("{status} lists unknown problem type {t}"));
+                            }
+                        }
+                    }
+                    _ => fail(format!("{status} lacks x-problem-types")),
+                }
+            }
+            if code == 503 && response.pointer("/headers/Retry-After").is_none() {
+                fail("503 does not document Retry-After".into());
+            }
+        }
+        if responses
+            .get("421")
+            .is_some_and(|r| served_by(r) != Some(vec!["allocator"]))
+        {
+            fail("421 must be marked allocator-only".into());
+        }
+        if responses
+            .get("504")
+            .is_some_and(|r| served_by(r) != Some(vec!["router"]))
+        {
+            fail("504 must be marked router-only".into());
+        }
+        if !path_parameters.is_empty() && !has("400") {
+            fail("path parameters but no 400".into());
+        }
+        if let Some(body) = op.request_body(&contract) {
+            for status in ["400", "413"] {
+                if !has(status) {
+                    fail(format!("a request body but no {status}"));
+                }
+            }
+            let content = body["content"].as_object().expect("request content");
+            if content.keys().collect::<Vec<_>>() != ["application/json"] {
+                fail("request bodies are application/json".into());
+            }
+            // Every object in a request body refuses unknown members.
+            let mut pending = vec![&body["content"]["application/json"]["schema"]];
+            while let Some(node) = pending.pop() {
+                let node = contract.resolve(node);
+                if node["type"] == "object" && node["additionalProperties"] != json!(false) {
+                    fail(format!(
+                        "request object lacks additionalProperties: false: {node}"
+                    ));
+                }
+                if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+                    pending.extend(properties.values());
+                }
+                pending.extend(node.get("items"));
+            }
+        }
+        // Writes routed by partition can meet a replica that does not own it.
+        let routed = op
+            .parameters(&contract)
+            .iter()
+            .any(|p| p["name"] == HEADER_EXPECTED_EPOCH);
+        if routed && served_by_allocator(op.op) && !(has("421") && has("503")) {
+            fail("a partition-routed write must document 421 and 503".into());
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn every_problem_type_is_documented() {
+    let contract = Contract::load();
+    let code: BTreeSet<&str> = problem_type::ALL.iter().copied().collect();
+    let documented: BTreeSet<&str> = contract.schema("Problem")["properties"]["type"]["enum"]
+        .as_array()
+        .expect("Problem.type enumerates the problem types")
+        .iter()
+        .map(|v| v.as_str().expect("string"))
+        .collect();
+    assert_eq!(documented, code, "Problem.type vs problem_type::ALL");
+    let mut listed = BTreeSet::new();
+    for op in contract.operations() {
+        for response in op.responses().values() {
+            let types = contract.resolve(response).get("x-problem-types");
+            let types = types.and_then(Value::as_array).into_iter().flatten();
+            listed.extend(types.filter_map(Value::as_str));
+        }
+    }
+    for t in problem_type::ALL {
+        assert!(listed.contains(t), "no response lists {t}");
+    }
+
+    // The Problem schema documents every member the wire type can carry.
+    let all_members = serde_json::to_value(Problem {
+        kind: problem_type::NOT_OWNER.into(),
+        title: "t".into(),
+        status: 421,
+        detail: Some("d".into()),
+        partition: Some(1),
+        owner_url: Some("http://127.0.0.1:1".into()),
+        owner_id: Some("o".into()),
+        epoch: Some(2),
+        revision: Some(3),
+        available: Some(4),
+        current_status: Some(ReservationStatus::Held),
+        outcome_unknown: Some(false),
+    })
+    .expect("problem serialises");
+    let errors = contract.strict_violations(contract.schema("Problem"), &all_members);
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+/// Where the document states limit `name` of value `value`: `(JSON pointer, expected value)`.
+/// A limit this does not know fails the test until its place in the document is named here.
+fn statements(contract: &Contract, name: &str, value: i64) -> Vec<(String, Value)> {
+    let at = |schema: &str, keyword: &str, expected: Value| {
+        (format!("/components/schemas/{schema}/{keyword}"), expected)
+    };
+    match name {
+        "SKU_MAX_LEN" => vec![
+            at("Sku", "maxLength", json!(value)),
+            at(
+                "Sku",
+                "pattern",
+                json!(format!("^[A-Za-z0-9._:-]{{1,{value}}}$")),
+            ),
+        ],
+        "ID_MAX_LEN" => vec![at("Id", "maxLength", json!(value))],
+        "QUANTITY_MAX" => vec![at("Quantity", "maximum", json!(value))],
+        "ADJUSTMENT_DELTA_MAX" => vec![
+            at("Delta", "minimum", json!(-value)),
+            at("Delta", "maximum", json!(value)),
+        ],
+        "TTL_SECONDS_MIN" => vec![at("TtlSeconds", "minimum", json!(value))],
+        "TTL_SECONDS_MAX" => vec![at("TtlSeconds", "maximum", json!(value))],
+        "TTL_SECONDS_DEFAULT" => vec![at("TtlSeconds", "default", json!(value))],
+        "ORDER_LINES_MAX" => vec![
+            at("OrderRequest", "properties/lines/maxItems", json!(value)),
+            at("LineReport", "properties/index/maximum", json!(value - 1)),
+        ],
+        "BODY_MAX_BYTES" => contract
+            .operations()
+            .iter()
+            .filter(|op| op.op.get("requestBody").is_some())
+            .map(|op| {
+                let path = op.path.replace('~', "~0").replace('/', "~1");
+                let pointer = format!("/paths/{path}/{}/requestBody/x-max-bytes", op.method);
+                (pointer, json!(value))
+            })
+            .collect(),
+        other => panic!("limits::{other} is not known to be stated anywhere in the document"),
+    }
+}
+
+#[test]
+fn documented_limits_match_the_code() {
+    let contract = Contract::load();
+    let mut failures = Vec::new();
+    for &(name, value) in limits::ALL {
+        for (pointer, expected) in statements(&contract, name, value) {
+            let stated = contract.doc.pointer(&pointer);
+            if stated != Some(&expected) {
+                failures.push(format!("{name}: {pointer} is {stated:?}, not {expected}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    // Lower bounds that are not named limits.
+    for (schema, keyword, expected) in [
+        ("Sku", "minLength", 1),
+        ("Id", "minLength", 1),
+        ("OrderId", "minLength", 1),
+        ("Quantity", "minimum", 1),
+    ] {
+        assert_eq!(
+            contract.schema(schema)[keyword],
+            json!(expected),
+            "{schema}"
+        );
+    }
+    assert_eq!(contract.schema("Delta")["not"], json!({ "const": 0 }));
+    assert!(validate::delta(0).is_err());
+
+    // The documented patterns accept exactly what validation accepts.
+    let sku = contract.validator(contract.schema("Sku"), false);
+    let id = contract.validator(contract.schema("Id"), false);
+    for c in (0u32..0x250).filter_map(char::from_u32) {
+        let text = json!(c.to_string());
+        let sku_ok = sku.is_valid(&text);
+        assert_eq!(sku_ok, validate::sku(&c.to_string()).is_ok(), "sku {c:?}");
+        let id_ok = id.is_valid(&text);
+        assert_eq!(
+            id_ok,
+            validate::id("id", &c.to_string()).is_ok(),
+            "id {c:?}"
+        );
+    }
+
+    // No drifting copies: every property or parameter with one of these names, anywhere in the
+    // document, refers to the one bounded schema checked above.
+    let canonical = BTreeMap::from([
+        ("sku", "Sku"),
+        ("quantity", "Quantity"),
+        ("ttl_seconds", "TtlSeconds"),
+        ("delta", "Delta"),
+        ("reservation_id", "Id"),
+        ("adjustment_id", "Id"),
+        ("order_id", "OrderId"),
+    ]);
+    let mut drifted = Vec::new();
+    walk(&contract.doc, &mut |node| {
+        let named: Vec<(&str, &Value)> = match node.get("properties").and_then(Value::as_object) {
+            Some(properties) => properties.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            None => match (node.get("name").and_then(Value::as_str), node.get("schema")) {
+                (Some(name), Some(schema)) => vec![(name, schema)],
+                _ => vec![],
+            },
+        };
+        for (name, value) in named {
+            if let Some(target) = canonical.get(name) {
+                let expected = format!("#/components/schemas/{target}");
+                if value.get("$ref").and_then(Value::as_str) != Some(expected.as_str()) {
+                    drifted.push(format!("{name}: {value}"));
+                }
+            }
+        }
+    });
+    assert!(
+        drifted.is_empty(),
+        "not a $ref to the bounded schema: {drifted:#?}"
+    );
+}
+
+#[test]
+fn examples_match_their_schemas() {
+    let contract = Contract::load();
+    let mut errors = Vec::new();
+    let mut count = 0;
+    walk(&contract.doc, &mut |node| {
+        let Some(schema) = node.get("schema") else {
+            return;
+        };
+        // Media type objects: `schema` next to `examples`.
+        for (name, example) in node["examples"].as_object().into_iter().flatten() {
+            count += 1;
+            let value = &contract.resolve(example)["value"];
+            for e in contract.strict_violations(schema, value) {
+                errors.push(format!("example {name}: {e}"));
+            }
+        }
+        // Parameters: `schema` next to `example`, which validation accepts too.
+        if let (Some(example), Some(name)) = (node.get("example"), node["name"].as_str()) {
+            count += 1;
+            for e in contract.violations(schema, example) {
+                errors.push(format!("parameter example {name}: {e}"));
+            }
+            let text = example.as_str().unwrap_or_default();
+            let valid = match name {
+                "sku" => validate::sku(text),
+                other => validate::id(other, text),
+            };
+            if let Err(e) = valid {
+                errors.push(format!("parameter example {name}: {e}"));
+            }
+        }
+    });
+    // Schemas' own `examples` arrays.
+    for (name, schema) in contract.doc["components"]["schemas"]
+        .as_object()
+        .expect("schemas")
+    {
+        for example in schema["examples"].as_array().into_iter().flatten() {
+            count += 1;
+            for e in contract.violations(schema, example) {
+                errors.push(format!("{name} example {example}: {e}"));
+            }
+        }
+    }
+    assert!(count >= 10, "only {count} examples found");
+    assert!(errors.is_empty(), "{errors:#?}");
+}

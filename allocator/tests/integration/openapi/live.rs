@@ -1,0 +1,466 @@
+//! One live replica, asked every documented question it serves, and its answers checked.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{served_by_allocator, Contract, Operation, METHODS};
+use crate::common::*;
+use schema::routes;
+use schema::wire::PROBLEM_CONTENT_TYPE;
+use schema::wire::{HEADER_ASSIGNMENT_REVISION, HEADER_EPOCH, HEADER_REPLAYED};
+use serde_json::{json, Value};
+
+/// Response headers of the API; whenever a replica sends one, the document must declare it.
+const API_HEADERS: [&str; 5] = [
+    HEADER_REPLAYED,
+    "Retry-After",
+    HEADER_EPOCH,
+    HEADER_ASSIGNMENT_REVISION,
+    "X-Served-By",
+];
+
+type Params<'a> = BTreeMap<&'a str, String>;
+
+struct Probe<'a> {
+    contract: &'a Contract,
+    http: reqwest::Client,
+    base: String,
+    failures: Vec<String>,
+    seen: BTreeMap<String, BTreeSet<u16>>,
+}
+
+impl Probe<'_> {
+    /// The operation's URL with its path parameters replaced by `values` (else their examples).
+    fn url(&self, op: &Operation, values: &Params) -> String {
+        let mut path = op.path.to_owned();
+        for parameter in op.path_parameters(self.contract) {
+            let name = parameter["name"].as_str().expect("name");
+            let value = values.get(name).cloned().unwrap_or_else(|| {
+                let example = parameter["example"].as_str();
+                example
+                    .unwrap_or_else(|| panic!("{}: {name} has an example", op.name()))
+                    .into()
+            });
+            path = path.replace(&format!("{{{name}}}"), &value);
+        }
+        format!("{}{path}", self.base)
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<Vec<u8>>,
+    ) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+        let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+        let mut request = self.http.request(method, url);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (
+            status,
+            headers,
+            response.bytes().await.expect("body").to_vec(),
+        )
+    }
+
+    /// Send a request for `op` and check the answer against the document. Returns the status.
+    async fn call(
+        &mut self,
+        op: &Operation<'_>,
+        what: &str,
+        params: &Params<'_>,
+        body: Option<Value>,
+    ) -> u16 {
+        let body = body.map(|b| b.to_string().into_bytes());
+        self.call_raw(op, what, params, body).await
+    }
+
+    async fn call_raw(
+        &mut self,
+        op: &Operation<'_>,
+        what: &str,
+        params: &Params<'_>,
+        body: Option<Vec<u8>>,
+    ) -> u16 {
+        let url = self.url(op, params);
+        let (status, headers, bytes) = self.send(op.method, &url, body).await;
+        self.seen.entry(op.name()).or_default().insert(status);
+        for error in self.check_answer(op, status, &headers, &bytes) {
+            self.failures
+                .push(format!("{} ({what}) → {status}: {error}", op.name()));
+        }
+        status
+    }
+
+    fn check_answer(
+        &self,
+        op: &Operation,
+        status: u16,
+        headers: &reqwest::header::HeaderMap,
+        bytes: &[u8],
+    ) -> Vec<String> {
+        let contract = self.contract;
+        let mut errors = Vec::new();
+        let content_type = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        let body: Option<Value> = serde_json::from_slice(bytes).ok();
+        if status == 405 {
+            errors.push("the replica does not serve this method on this path".into());
+        }
+        if status == 404
+            && body.as_ref().and_then(|b| b["detail"].as_str()) == Some("no such route")
+        {
+            errors.push("the replica has no such route".into());
+        }
+        let Some(response) = op.responses().get(&status.to_string()) else {
+            let documented: Vec<&String> = op.responses().keys().collect();
+            let body = String::from_utf8_lossy(bytes);
+            errors.push(format!(
+                "undocumented status (documented: {documented:?}); body {body}"
+            ));
+            return errors;
+        };
+        let response = contract.resolve(response);
+        if !served_by_allocator(response) {
+            errors.push("documented as router-only".into());
+        }
+        if status >= 400 && content_type != PROBLEM_CONTENT_TYPE {
+            errors.push(format!("an error answered as {content_type:?}"));
+        }
+        match response.pointer(&format!("/content/{}", content_type.replace('/', "~1"))) {
+            None => errors.push(format!("undocumented media type {content_type:?}")),
+            Some(media) if !served_by_allocator(media) => errors.push(format!(
+                "media type {content_type} is documented as router-only"
+            )),
+            Some(_) if !content_type.ends_with("json") => {}
+            Some(_) if body.is_none() => errors.push("body is not JSON".into()),
+            Some(media) => {
+                let body = body.as_ref().expect("JSON body");
+                errors.extend(contract.strict_violations(&media["schema"], body));
+                if content_type == PROBLEM_CONTENT_TYPE {
+                    let listed = response["x-problem-types"].as_array().cloned();
+                    if !listed.unwrap_or_default().contains(&body["type"]) {
+                        errors.push(format!("problem type {} is not listed", body["type"]));
+                    }
+                    if body["status"] != status {
+                        errors.push(format!("problem status {}", body["status"]));
+                    }
+                }
+            }
+        }
+        // Headers: required ones are sent, sent ones are documented (and valid).
+        let declared: BTreeMap<String, &Value> = response["headers"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, h)| (name.to_ascii_lowercase(), h))
+            .collect();
+        for (name, header) in &declared {
+            let resolved = contract.resolve(header);
+            let required =
+                header.get("required").or(resolved.get("required")) == Some(&json!(true));
+            if required && served_by_allocator(resolved) && !headers.contains_key(name.as_str()) {
+                errors.push(format!("required header {name} is missing"));
+            }
+        }
+        for name in API_HEADERS {
+            let Some(value) = headers.get(name) else {
+                continue;
+            };
+            let value = value.to_str().unwrap_or_default();
+            let Some(header) = declared.get(&name.to_ascii_lowercase()) else {
+                errors.push(format!("undocumented header {name}: {value}"));
+                continue;
+            };
+            let header = contract.resolve(header);
+            if !served_by_allocator(header) {
+                errors.push(format!("header {name} is documented as router-only"));
+            }
+            let schema = &header["schema"];
+            // Header values are text; an integer schema is about the number they spell.
+            let value = match contract.resolve(schema)["type"].as_str() {
+                Some("integer") => value
+                    .parse::<i64>()
+                    .map(Value::from)
+                    .unwrap_or(json!(value)),
+                _ => json!(value),
+            };
+            for e in contract.violations(schema, &value) {
+                errors.push(format!("header {name}: {e}"));
+            }
+        }
+        errors
+    }
+}
+
+/// Integer bounds and string lengths of the top-level members of a request body schema, as
+/// `(member, value, within bounds)`.
+fn boundary_values(contract: &Contract, schema: &Value) -> Vec<(String, Value, bool)> {
+    let schema = contract.resolve(schema);
+    let mut out = Vec::new();
+    for (name, member) in schema["properties"].as_object().into_iter().flatten() {
+        let member = contract.resolve(member);
+        let mut push = |value: Value, valid: bool| out.push((name.clone(), value, valid));
+        if let Some(min) = member["minimum"].as_i64() {
+            push(json!(min), true);
+            push(json!(min - 1), false);
+        }
+        if let Some(max) = member["maximum"].as_i64() {
+            push(json!(max), true);
+            push(json!(max + 1), false);
+        }
+        if let Some(excluded) = member.pointer("/not/const") {
+            push(excluded.clone(), false);
+        }
+        if let Some(max) = member["maxLength"].as_u64() {
+            push(json!("x".repeat(max as usize)), true);
+            push(json!("x".repeat(max as usize + 1)), false);
+        }
+        if member["minLength"].as_u64() == Some(1) {
+            push(json!(""), false);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_replica_answers_as_documented() {
+    let contract = Contract::load();
+    let db = migrated_database(PARTITIONS).await;
+    let replica = TestReplica::start(fast_config(&db, "openapi")).await;
+    wait_owns_all(&replica).await;
+    let mut probe = Probe {
+        contract: &contract,
+        http: http(),
+        base: replica.url.clone(),
+        failures: Vec::new(),
+        seen: BTreeMap::new(),
+    };
+    // The route table says which operations a replica serves.
+    let ops: Vec<Operation> = contract
+        .operations()
+        .into_iter()
+        .filter(|op| {
+            routes::ALL.iter().any(|r| {
+                r.served_by_allocator()
+                    && r.path == op.path
+                    && r.method.eq_ignore_ascii_case(op.method)
+            })
+        })
+        .collect();
+    let no_params = Params::new();
+
+    // The detector for "no such route" works.
+    let (status, _, body) = probe
+        .send("get", &format!("{}/v1/no-such-route", replica.url), None)
+        .await;
+    let body: Value = serde_json::from_slice(&body).expect("problem body");
+    assert_eq!(
+        (status, body["detail"].as_str()),
+        (404, Some("no such route"))
+    );
+
+    // Every operation with its documented examples, twice: first on a fresh database, then
+    // again (replays, stocked SKUs).
+    for round in ["first", "repeat"] {
+        for op in &ops {
+            let examples = op.request_examples(&contract);
+            if op.request_body(&contract).is_some() {
+                assert!(!examples.is_empty(), "{} has request examples", op.name());
+            }
+            if examples.is_empty() {
+                probe.call(op, round, &no_params, None).await;
+            }
+            for (name, value) in examples {
+                let what = format!("{round}, example {name}");
+                if probe.call(op, &what, &no_params, Some(value.clone())).await == 400 {
+                    probe
+                        .failures
+                        .push(format!("{}: example {name} refused as invalid", op.name()));
+                }
+            }
+        }
+    }
+
+    for op in &ops {
+        let example = op
+            .request_examples(&contract)
+            .first()
+            .map(|(_, v)| (*v).clone());
+        for parameter in op.path_parameters(&contract) {
+            let name = parameter["name"].as_str().expect("name");
+            let schema = contract.resolve(&parameter["schema"]);
+            // A valid value nobody has used yet.
+            let params = Params::from([(name, format!("unknown-{name}"))]);
+            probe
+                .call(op, &format!("unknown {name}"), &params, example.clone())
+                .await;
+            // Path parameters beyond their documented length are refused.
+            let max = schema["maxLength"]
+                .as_u64()
+                .expect("path parameters have a maxLength");
+            let params = Params::from([(name, "x".repeat(max as usize + 1))]);
+            let status = probe
+                .call(op, &format!("{name} too long"), &params, example.clone())
+                .await;
+            if status != 400 {
+                probe
+                    .failures
+                    .push(format!("{}: {name} too long answered {status}", op.name()));
+            }
+        }
+        let (Some(request), Some(example)) = (op.request_body(&contract), example) else {
+            continue;
+        };
+        // Unknown members are refused (additionalProperties: false).
+        let mut unknown = example.clone();
+        unknown["unexpected_member"] = json!(true);
+        let status = probe
+            .call(op, "unknown member", &no_params, Some(unknown))
+            .await;
+        if status != 400 {
+            probe.failures.push(format!(
+                "{}: an unknown member answered {status}",
+                op.name()
+            ));
+        }
+        // Bodies over the limit are refused.
+        let max = request["x-max-bytes"].as_u64().expect("x-max-bytes") as usize;
+        let oversized = format!("{{\"pad\":\"{}\"}}", "x".repeat(max)).into_bytes();
+        let status = probe
+            .call_raw(op, "oversized body", &no_params, Some(oversized))
+            .await;
+        if status != 413 {
+            probe.failures.push(format!(
+                "{}: an oversized body answered {status}",
+                op.name()
+            ));
+        }
+        // The documented bounds are the enforced ones.
+        let schema = &request["content"]["application/json"]["schema"];
+        for (i, (member, value, valid)) in
+            boundary_values(&contract, schema).into_iter().enumerate()
+        {
+            let mut body = example.clone();
+            // Fresh ids, so that valid values reach the stock logic instead of a replay.
+            for (name, id) in body.as_object_mut().expect("object example") {
+                if name.ends_with("_id") {
+                    *id = json!(format!("{}-bound-{i}", id.as_str().expect("string id")));
+                }
+            }
+            body[member.as_str()] = value.clone();
+            let what = format!("{member} = {value}");
+            let status = probe.call(op, &what, &no_params, Some(body)).await;
+            if (status == 400) == valid {
+                let documented = if valid { "allowed" } else { "refused" };
+                probe.failures.push(format!(
+                    "{}: {what} is {documented} by the document but answered {status}",
+                    op.name()
+                ));
+            }
+        }
+    }
+
+    // A few scenarios that reach the remaining documented answers, as the descriptions say.
+    let by_id = |id: &str| {
+        ops.iter()
+            .find(|op| op.op["operationId"] == id)
+            .unwrap_or_else(|| panic!("operation {id}"))
+    };
+    let sku = Params::from([("sku", "scarce-1".to_owned())]);
+    let refused = Params::from([("reservation_id", "scarce-r".to_owned())]);
+    let held = Params::from([("reservation_id", "scarce-h".to_owned())]);
+    let reserve = |id: &str, quantity: i64| {
+        Some(json!({"reservation_id": id, "sku": "scarce-1", "quantity": quantity}))
+    };
+    let steps = [
+        (
+            "adjustInventory",
+            "stock one unit",
+            &sku,
+            Some(json!({"adjustment_id": "scarce-a", "delta": 1})),
+            201,
+        ),
+        (
+            "createReservation",
+            "more than available",
+            &no_params,
+            reserve("scarce-r", 2),
+            409,
+        ),
+        (
+            "createReservation",
+            "refusal replayed",
+            &no_params,
+            reserve("scarce-r", 2),
+            409,
+        ),
+        (
+            "createReservation",
+            "id reused",
+            &no_params,
+            reserve("scarce-r", 1),
+            422,
+        ),
+        ("getReservation", "refused id", &refused, None, 409),
+        ("confirmReservation", "refused id", &refused, None, 409),
+        (
+            "createReservation",
+            "the one unit",
+            &no_params,
+            reserve("scarce-h", 1),
+            201,
+        ),
+        ("releaseReservation", "held", &held, None, 200),
+        ("confirmReservation", "released", &held, None, 409),
+    ];
+    for (id, what, params, body, expected) in steps {
+        let status = probe.call(by_id(id), what, params, body).await;
+        if status != expected {
+            probe
+                .failures
+                .push(format!("{id} ({what}): expected {expected}, got {status}"));
+        }
+    }
+
+    // Methods the document does not list for a path are refused with a 405 problem.
+    let paths: BTreeSet<&str> = ops.iter().map(|op| op.path).collect();
+    for path in paths {
+        let op = ops.iter().find(|op| op.path == path).expect("an operation");
+        for method in METHODS
+            .into_iter()
+            .filter(|m| op.path_item.get(m).is_none())
+        {
+            let (status, headers, _) = probe.send(method, &probe.url(op, &no_params), None).await;
+            let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
+            if status != 405 || content_type != Some(PROBLEM_CONTENT_TYPE) {
+                probe.failures.push(format!(
+                    "{} {path} is undocumented but answered {status} {content_type:?}",
+                    method.to_uppercase()
+                ));
+            }
+        }
+    }
+
+    for route in routes::ALL.iter().filter(|r| r.served_by_allocator()) {
+        let name = format!("{} {}", route.method, route.path);
+        assert!(probe.seen.contains_key(&name), "{name} was not exercised");
+    }
+    eprintln!("statuses seen per operation: {:#?}", probe.seen);
+    let failures = std::mem::take(&mut probe.failures);
+    replica.stop().await;
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
