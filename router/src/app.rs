@@ -19,19 +19,18 @@ use std::time::{Duration, Instant};
 use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use deadpool_postgres::Pool;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::assignment_cache::AssignmentCache;
 use crate::config::RouterConfig;
-use crate::error::RouterError;
 use crate::feed::{self, FeedConfig};
 use crate::forward::{Forwarder, RetryPolicy};
 use crate::metrics::{self, RefreshCause};
 use crate::orders::store::OrderStore;
 use crate::retry::Backoff;
+use crate::state::AppState;
 use crate::{db, poll, routes};
 
 /// How long in-flight requests may take to finish after shutdown is requested.
@@ -40,42 +39,6 @@ const SHUTDOWN_GRACE_SECONDS: u64 = 10;
 const UPSTREAM_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Period of the Prometheus recorder's upkeep (draining histogram buffers).
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Shared by all HTTP workers.
-pub struct AppState {
-    pub forwarder: Arc<Forwarder>,
-    pub cache: Arc<AssignmentCache>,
-    /// For reservation → partition lookups.
-    pub pool: Pool,
-    /// Serialises submissions of one order id (its own pool: each order in progress holds a
-    /// connection).
-    pub orders: Arc<OrderStore>,
-    pub db_timeout: Duration,
-    pub metrics: PrometheusHandle,
-}
-
-impl AppState {
-    /// The cluster's partition count, known once a map has been loaded.
-    pub fn partition_count(&self) -> Result<u32, RouterError> {
-        match self.cache.current() {
-            Some(map) if map.partition_count() > 0 => Ok(map.partition_count()),
-            _ => Err(RouterError::Upstream {
-                status: 503,
-                outcome_unknown: false,
-                partition: None,
-                detail: "assignment map not loaded yet".to_owned(),
-            }),
-        }
-    }
-
-    /// The partition of `sku`, by the one shared hash.
-    pub fn partition_of(&self, sku: &str) -> Result<u32, RouterError> {
-        Ok(schema::partition::partition_for(
-            sku,
-            self.partition_count()?,
-        ))
-    }
-}
 
 pub struct Application {
     port: u16,

@@ -36,6 +36,7 @@ pub mod request_id;
 pub mod retry;
 pub mod routes;
 pub mod signals;
+pub mod state;
 pub mod telemetry;
 
 pub use app::Application;

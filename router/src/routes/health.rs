@@ -4,8 +4,8 @@
 use actix_web::{web, HttpResponse};
 use serde_json::json;
 
-use crate::app::AppState;
 use crate::error::RouterError;
+use crate::state::AppState;
 
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({ "status": "ok" }))

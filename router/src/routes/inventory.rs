@@ -4,9 +4,9 @@
 use actix_web::{web, HttpResponse};
 use schema::wire::{AdjustmentRequest, Sku};
 
-use crate::app::AppState;
 use crate::error::RouterError;
 use crate::forward::UpstreamRequest;
+use crate::state::AppState;
 use schema::path::encode_segment;
 
 pub async fn get(

@@ -5,11 +5,11 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use schema::wire::{OrderRequest, HEADER_REPLAYED, PROBLEM_CONTENT_TYPE};
 
-use crate::app::AppState;
 use crate::error::{problem_response, RouterError};
 use crate::metrics;
 use crate::orders::store::{StoreError, Submission};
 use crate::orders::{self, OrderResult};
+use crate::state::AppState;
 
 pub async fn create(
     state: web::Data<AppState>,

@@ -6,9 +6,9 @@
 use actix_web::{web, HttpResponse};
 use schema::wire::HEADER_ASSIGNMENT_REVISION;
 
-use crate::app::AppState;
 use crate::db;
 use crate::error::RouterError;
+use crate::state::AppState;
 
 pub async fn get(state: web::Data<AppState>) -> Result<HttpResponse, RouterError> {
     let map = state

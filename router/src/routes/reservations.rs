@@ -8,10 +8,10 @@
 use actix_web::{web, HttpResponse};
 use schema::wire::{ReservationId, ReserveRequest};
 
-use crate::app::AppState;
 use crate::db;
 use crate::error::RouterError;
 use crate::forward::UpstreamRequest;
+use crate::state::AppState;
 use schema::path::encode_segment;
 
 pub async fn create(

@@ -1,0 +1,50 @@
+//! What every HTTP handler shares: built once by [`crate::app::Application::build`], outside
+//! actix's per-worker factory, and handed to the routes. Kept apart from the wiring so that the
+//! routes depend on this and not on the application that registers them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::assignment_cache::AssignmentCache;
+use crate::error::RouterError;
+use crate::forward::Forwarder;
+use crate::orders::store::OrderStore;
+
+/// Shared by all HTTP workers.
+pub struct AppState {
+    pub forwarder: Arc<Forwarder>,
+    pub cache: Arc<AssignmentCache>,
+    /// For reservation → partition lookups.
+    pub pool: Pool,
+    /// Serialises submissions of one order id (its own pool: each order in progress holds a
+    /// connection).
+    pub orders: Arc<OrderStore>,
+    pub db_timeout: Duration,
+    pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// The cluster's partition count, known once a map has been loaded.
+    pub fn partition_count(&self) -> Result<u32, RouterError> {
+        match self.cache.current() {
+            Some(map) if map.partition_count() > 0 => Ok(map.partition_count()),
+            _ => Err(RouterError::Upstream {
+                status: 503,
+                outcome_unknown: false,
+                partition: None,
+                detail: "assignment map not loaded yet".to_owned(),
+            }),
+        }
+    }
+
+    /// The partition of `sku`, by the one shared hash.
+    pub fn partition_of(&self, sku: &str) -> Result<u32, RouterError> {
+        Ok(schema::partition::partition_for(
+            sku,
+            self.partition_count()?,
+        ))
+    }
+}
