@@ -51,3 +51,30 @@ impl Clock for ManualClock {
         self.base + *self.offset.lock().expect("clock lock")
     }
 }
+
+/// Tick every `period` until `stop`, calling `on_tick(now, stall)`; `stall` is the gap since the
+/// previous tick when it exceeded `period + margin` (see [`StallWatchdog`]).
+///
+/// Both lease watchdogs (partitions and the settlement job) run on this: they must never wait on
+/// anything but the timer, so a slow database can neither look like a stall nor delay a deadline.
+///
+/// [`StallWatchdog`]: crate::lease::state::StallWatchdog
+pub async fn watch(
+    clock: &dyn Clock,
+    period: Duration,
+    margin: Duration,
+    stop: &tokio_util::sync::CancellationToken,
+    mut on_tick: impl FnMut(Instant, Option<Duration>),
+) {
+    let mut dog = crate::lease::state::StallWatchdog::new(period, margin, clock.now());
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = clock.now();
+        on_tick(now, dog.observe(now));
+    }
+}

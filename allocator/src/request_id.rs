@@ -10,9 +10,6 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use schema::wire::{RequestId, HEADER_REQUEST_ID};
 use tracing::Instrument;
 
-/// [`HEADER_REQUEST_ID`] in the lower case `HeaderName::from_static` requires.
-const HEADER_NAME: &str = "x-request-id";
-
 /// Middleware (`App::wrap_fn`): give the request its id and span, and put the id on the response.
 pub fn middleware<S, B>(
     request: ServiceRequest,
@@ -38,19 +35,8 @@ where
         if let Ok(value) = HeaderValue::from_str(id.as_str()) {
             response
                 .headers_mut()
-                .insert(HeaderName::from_static(HEADER_NAME), value);
+                .insert(HeaderName::from_static(HEADER_REQUEST_ID), value);
         }
         Ok(response)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn header_name_is_the_shared_one() {
-        assert_eq!(
-            super::HEADER_NAME,
-            schema::wire::HEADER_REQUEST_ID.to_ascii_lowercase()
-        );
     }
 }

@@ -10,9 +10,6 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use schema::wire::{RequestId, HEADER_REQUEST_ID};
 use tracing::Instrument;
 
-/// [`HEADER_REQUEST_ID`] in the lower case `HeaderName::from_static` requires.
-const HEADER_NAME: &str = "x-request-id";
-
 tokio::task_local! {
     /// The id of the request the current task works for; [`crate::forward`] reads it.
     static CURRENT: RequestId;
@@ -64,23 +61,12 @@ where
     let response = CURRENT.scope(id.clone(), service.call(request).instrument(span));
     async move {
         let mut response = response.await?;
-        let name = HeaderName::from_static(HEADER_NAME);
+        let name = HeaderName::from_static(HEADER_REQUEST_ID);
         if !response.headers().contains_key(&name) {
             if let Ok(value) = HeaderValue::from_str(id.as_str()) {
                 response.headers_mut().insert(name, value);
             }
         }
         Ok(response)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn header_name_is_the_shared_one() {
-        assert_eq!(
-            super::HEADER_NAME,
-            schema::wire::HEADER_REQUEST_ID.to_ascii_lowercase()
-        );
     }
 }

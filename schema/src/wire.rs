@@ -27,7 +27,10 @@ pub const HEADER_EPOCH: &str = "X-Partition-Epoch";
 /// Correlates one client request across the router's and the allocators' logs: the router takes
 /// the client's (1–128 visible ASCII characters) or makes one, forwards it on every upstream
 /// attempt, and both services echo it on the response.
-pub const HEADER_REQUEST_ID: &str = "X-Request-Id";
+///
+/// Lower case, as HTTP/2 sends it and as `HeaderName::from_static` requires; header names are
+/// case-insensitive on the wire.
+pub const HEADER_REQUEST_ID: &str = "x-request-id";
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ownership::Ownership;
 use crate::hints::HintPublisher;
-use crate::lease::state::{LossCause, StallWatchdog};
+use crate::lease::state::LossCause;
 use crate::lease::store;
 use crate::metrics as m;
 use crate::worker::WorkerContext;
@@ -120,19 +120,10 @@ impl LeaseManager {
     }
 
     async fn watchdog(self: Arc<Self>, stop: CancellationToken) {
-        let mut dog = StallWatchdog::new(
-            WATCHDOG_PERIOD,
-            self.ownership.timing().margin,
-            self.ownership.now(),
-        );
-        let mut tick = tokio::time::interval(WATCHDOG_PERIOD);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            if let Some(stall) = dog.observe(self.ownership.now()) {
+        let margin = self.ownership.timing().margin;
+        let clock = self.ownership.clock();
+        crate::clock::watch(&*clock, WATCHDOG_PERIOD, margin, &stop, |_, stall| {
+            if let Some(stall) = stall {
                 metrics::counter!(m::PROCESS_STALLS).increment(1);
                 tracing::warn!(
                     stall_ms = stall.as_millis() as u64,
@@ -145,7 +136,8 @@ impl LeaseManager {
             metrics::gauge!(m::LEASES_HELD).set(held as f64);
             metrics::gauge!(m::LEASE_REMAINING_SECONDS)
                 .set(remaining.map_or(0.0, |d| d.as_secs_f64()));
-        }
+        })
+        .await;
     }
 
     async fn renewer(self: Arc<Self>, stop: CancellationToken) {

@@ -90,6 +90,11 @@ impl Ownership {
         self.slots.len() as u32
     }
 
+    /// The clock every deadline of this table is measured with.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
     pub fn now(&self) -> Instant {
         self.clock.now()
     }

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::store;
 use crate::clock::Clock;
 use crate::error::{classify, describe, DbFailure};
-use crate::lease::state::{Authority, LeaseState, LeaseTiming, LossCause, StallWatchdog};
+use crate::lease::state::{Authority, LeaseState, LeaseTiming, LossCause};
 use crate::metrics as m;
 
 /// The `job` label of every settlement metric.
@@ -183,39 +183,32 @@ impl Job {
     }
 
     async fn watchdog(self: Arc<Self>, stop: CancellationToken) {
-        let mut dog = StallWatchdog::new(
+        let margin = self.settings.timing.margin;
+        crate::clock::watch(
+            &*self.clock,
             WATCHDOG_PERIOD,
-            self.settings.timing.margin,
-            self.clock.now(),
-        );
-        let mut tick = tokio::time::interval(WATCHDOG_PERIOD);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let now = self.clock.now();
-            if let Some(stall) = dog.observe(now) {
-                tracing::warn!(
-                    job = JOB,
-                    stall_ms = stall.as_millis() as u64,
-                    "process stall detected"
-                );
-                self.lose(LossCause::Stall);
-            }
-            let lost = {
-                let mut lease = self.lease.lock().expect("job lease lock");
-                let term = lease.epoch();
-                let (next, lost) = lease.tick(now);
-                *lease = next;
-                lost.zip(term)
-            };
-            if let Some((cause, term)) = lost {
-                tracing::warn!(job = JOB, term, cause = cause.as_str(), "job lease lost");
-                metrics::gauge!(m::JOB_LEADER, "job" => JOB).set(0.0);
-            }
-        }
+            margin,
+            &stop,
+            |now, stall| {
+                if let Some(stall) = stall {
+                    let stall_ms = stall.as_millis() as u64;
+                    tracing::warn!(job = JOB, stall_ms, "process stall detected");
+                    self.lose(LossCause::Stall);
+                }
+                let lost = {
+                    let mut lease = self.lease.lock().expect("job lease lock");
+                    let term = lease.epoch();
+                    let (next, lost) = lease.tick(now);
+                    *lease = next;
+                    lost.zip(term)
+                };
+                if let Some((cause, term)) = lost {
+                    tracing::warn!(job = JOB, term, cause = cause.as_str(), "job lease lost");
+                    metrics::gauge!(m::JOB_LEADER, "job" => JOB).set(0.0);
+                }
+            },
+        )
+        .await;
     }
 
     async fn runner(self: Arc<Self>, stop: CancellationToken) {
