@@ -110,6 +110,7 @@ impl Application {
                 replica_id: config.replica_id.clone(),
                 advertise_url: advertise_url.clone(),
                 campaign_interval: config.campaign_interval,
+                handoff_listen: config.handoff_listen,
             },
             config.database_url.clone(),
             lease_pool,

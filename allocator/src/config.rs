@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// Mean time between campaigns (±20 % jitter).
     #[arg(long, env = "ALLOCATOR_CAMPAIGN_INTERVAL_MS", default_value_t = 1000)]
     pub campaign_interval_ms: u64,
+    /// Keep a `LISTEN` session so a peer's announced release or departure starts a campaign at
+    /// once (planned hand-off in milliseconds). Turn off where sessions cannot `LISTEN` (a
+    /// transaction-pooling proxy); peers then pick released partitions up at their next campaign.
+    #[arg(long, env = "ALLOCATOR_HANDOFF_LISTEN", default_value_t = true, action = clap::ArgAction::Set)]
+    pub handoff_listen: bool,
 
     /// Connections for request transactions.
     #[arg(long, env = "ALLOCATOR_POOL_SIZE", default_value_t = 16)]
@@ -149,6 +154,7 @@ pub struct AllocatorConfig {
     pub renew_interval: Duration,
     pub lease_margin: Duration,
     pub campaign_interval: Duration,
+    pub handoff_listen: bool,
     pub pool_size: NonZeroUsize,
     pub pool_wait: Duration,
     pub statement_timeout: Duration,
@@ -237,6 +243,7 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
             renew_interval: ms(args.renew_interval_ms.unwrap_or(args.lease_ttl_ms / 3)),
             lease_margin: ms(args.lease_margin_ms),
             campaign_interval: ms(args.campaign_interval_ms),
+            handoff_listen: args.handoff_listen,
             pool_size,
             pool_wait: ms(args.pool_wait_ms),
             statement_timeout: ms(args.statement_timeout_ms),

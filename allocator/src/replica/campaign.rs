@@ -43,11 +43,13 @@ impl LeaseManager {
         // Register first and let peers that start at the same time register too, so the first
         // campaign already sees a fair share instead of grabbing every partition.
         let _ = self.campaign_round(Round::Register).await;
-        tokio::select! {
+        // A peer that sees this replica register hands a partition back at once; take it then,
+        // not after this first pause.
+        let mut round = tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(self.jittered()) => {}
-        }
-        let mut round = Round::Timed;
+            _ = tokio::time::sleep(self.jittered()) => Round::Timed,
+            _ = self.campaign_now.notified() => Round::Announced,
+        };
         loop {
             if let Err(error) = self.campaign_round(round).await {
                 tracing::warn!(%error, "campaign round failed");

@@ -54,6 +54,8 @@ pub struct ManagerSettings {
     pub replica_id: String,
     pub advertise_url: String,
     pub campaign_interval: Duration,
+    /// Whether to `LISTEN` for peers' hand-off announcements (see [`handback`](super::handback)).
+    pub handoff_listen: bool,
 }
 
 pub struct LeaseManager {
@@ -105,14 +107,20 @@ impl LeaseManager {
             .ownership
             .take_loss_feed()
             .map(|feed| tokio::spawn(self.clone().release_dropped(feed, stop_renewing.clone())));
-        let listener = tokio::spawn(self.clone().listen_for_handoffs(stop_renewing.clone()));
+        let listener = self
+            .settings
+            .handoff_listen
+            .then(|| tokio::spawn(self.clone().listen_for_handoffs(stop_renewing.clone())));
         let this = self.clone();
         tokio::spawn(async move {
             this.campaigner(shutdown).await;
             // Keep renewing while releasing, so nothing lapses mid-hand-off; then stop.
             this.release_all().await;
             stop_renewing.cancel();
-            let _ = tokio::join!(watchdog, renewer, listener);
+            let _ = tokio::join!(watchdog, renewer);
+            if let Some(listener) = listener {
+                let _ = listener.await;
+            }
             if let Some(releaser) = releaser {
                 let _ = releaser.await;
             }

@@ -61,12 +61,24 @@ pub struct Cluster {
     pub allocators: Vec<AllocatorProc>,
     /// Allocator logs; kept (not deleted) when a test fails so they can be read.
     pub log_dir: PathBuf,
+    /// Extra environment for allocators spawned from now on.
+    pub allocator_env: Vec<(String, String)>,
 }
 
 impl Cluster {
     /// A migrated database with `partitions` partitions, a Redis, and `replicas` allocators that
     /// between them own every partition.
     pub async fn start(name: &str, replicas: usize, partitions: u32) -> Cluster {
+        Self::start_with_env(name, replicas, partitions, Vec::new()).await
+    }
+
+    /// Like [`Cluster::start`], with extra environment for every allocator.
+    pub async fn start_with_env(
+        name: &str,
+        replicas: usize,
+        partitions: u32,
+        allocator_env: Vec<(String, String)>,
+    ) -> Cluster {
         let db_url = fresh_database(name).await.expect("create database");
         let status = std::process::Command::new(allocator_bin())
             .args([
@@ -94,6 +106,7 @@ impl Cluster {
             redis,
             allocators: Vec::new(),
             log_dir,
+            allocator_env,
         };
         for i in 0..replicas {
             cluster.spawn_allocator(&format!("alloc-{i}"));
@@ -164,7 +177,9 @@ impl Cluster {
         let process = ChildProcess::spawn(
             &allocator_bin(),
             args,
-            &[("RUST_LOG".to_owned(), "info".to_owned())],
+            &std::iter::once(("RUST_LOG".to_owned(), "info".to_owned()))
+                .chain(self.allocator_env.iter().cloned())
+                .collect::<Vec<_>>(),
             &log,
         )
         .expect("spawn allocator");
