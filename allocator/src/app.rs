@@ -83,7 +83,7 @@ impl Application {
         let (committer, _lanes) = Committer::spawn(
             pool.clone(),
             CommitSettings {
-                lanes: config.commit_lanes.get(),
+                lanes: config.commit_lanes,
                 max_partitions: config.group_max_partitions.get(),
                 max_commands: config.batch_max.get().saturating_mul(4),
                 pool_wait: config.pool_wait,

@@ -53,7 +53,7 @@ pub enum CommitError {
 #[derive(Debug, Clone, Copy)]
 pub struct CommitSettings {
     /// Concurrent group transactions (each holds one pooled connection while it runs).
-    pub lanes: usize,
+    pub lanes: std::num::NonZeroUsize,
     /// Most partitions in one group; 1 turns group commit off.
     pub max_partitions: usize,
     /// Most commands in one group, so one statement stays short.
@@ -73,7 +73,7 @@ impl Committer {
     pub fn spawn(pool: Pool, settings: CommitSettings) -> (Self, Vec<JoinHandle<()>>) {
         let (sender, receiver) = mpsc::channel(4096);
         let receiver = Arc::new(Mutex::new(receiver));
-        let lanes = (0..settings.lanes.max(1))
+        let lanes = (0..settings.lanes.get())
             .map(|_| {
                 let lane = Lane {
                     pool: pool.clone(),
