@@ -68,6 +68,17 @@ pub const ALL: &[Route] = &[
     METRICS,
 ];
 
+/// The `Allow` header value for a path template: every method the table lists for it, so a `405`
+/// can say what would have worked (RFC 9110 §15.5.6). `None` for a template the table lacks.
+pub fn allowed_methods(path: &str) -> Option<String> {
+    let methods: Vec<&str> = ALL
+        .iter()
+        .filter(|route| route.path == path)
+        .map(|route| route.method)
+        .collect();
+    (!methods.is_empty()).then(|| methods.join(", "))
+}
+
 impl Route {
     /// Whether the allocator replica serves this route (the router serves all of them).
     pub fn served_by_allocator(&self) -> bool {
@@ -78,6 +89,16 @@ impl Route {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allow_lists_the_methods_of_a_template() {
+        assert_eq!(allowed_methods(RESERVE.path).as_deref(), Some("POST"));
+        assert_eq!(
+            allowed_methods(GET_RESERVATION.path).as_deref(),
+            Some("GET")
+        );
+        assert_eq!(allowed_methods("/v1/nowhere"), None);
+    }
 
     #[test]
     fn every_route_is_listed_once() {

@@ -129,8 +129,19 @@ fn path_error(error: PathError, _: &HttpRequest) -> actix_web::Error {
     .into()
 }
 
-async fn method_not_allowed() -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
+async fn method_not_allowed(req: HttpRequest) -> actix_web::HttpResponse {
+    use actix_web::ResponseError;
+    let mut response = ApiError::MethodNotAllowed.error_response();
+    if let Some(allow) = req
+        .match_pattern()
+        .and_then(|pattern| schema::routes::allowed_methods(&pattern))
+        .and_then(|allow| actix_web::http::header::HeaderValue::from_str(&allow).ok())
+    {
+        response
+            .headers_mut()
+            .insert(actix_web::http::header::ALLOW, allow);
+    }
+    response
 }
 
 async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {

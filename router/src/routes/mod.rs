@@ -133,5 +133,12 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
         format!("{} is not allowed on {}", req.method(), req.path()),
     )
     .with_status(405);
-    crate::error::problem_response(HttpResponse::MethodNotAllowed(), &problem)
+    let mut response = HttpResponse::MethodNotAllowed();
+    if let Some(allow) = req
+        .match_pattern()
+        .and_then(|pattern| schema::routes::allowed_methods(&pattern))
+    {
+        response.insert_header((actix_web::http::header::ALLOW, allow));
+    }
+    crate::error::problem_response(response, &problem)
 }

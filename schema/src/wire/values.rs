@@ -141,12 +141,69 @@ macro_rules! string_value {
     };
 }
 
+/// A JSON number as an integer of type `T`, if it is one. JSON has a single number type and JSON
+/// Schema's `integer` admits `2.0`, so an integral number written with a fraction or an exponent
+/// is the same value as its plain spelling; a value outside `T` (or `±2^53` for a float spelling,
+/// beyond which floats are not exact) is reported as `out_of_range`, anything fractional as not an
+/// integer.
+fn integral<T: TryFrom<i128>>(
+    number: &serde_json::Number,
+    field: &str,
+) -> Result<T, IntegralError> {
+    let wide: i128 = if let Some(v) = number.as_i64() {
+        v.into()
+    } else if let Some(v) = number.as_u64() {
+        v.into()
+    } else {
+        const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+        match number.as_f64() {
+            Some(v) if v.fract() == 0.0 && v.abs() <= EXACT => v as i128,
+            Some(v) if v.fract() == 0.0 || v.is_infinite() => {
+                return Err(IntegralError::OutOfRange)
+            }
+            _ => {
+                return Err(IntegralError::NotInteger(format!(
+                    "{field} must be an integer"
+                )))
+            }
+        }
+    };
+    T::try_from(wide).map_err(|_| IntegralError::OutOfRange)
+}
+
+enum IntegralError {
+    /// The number is whole but does not fit: the field's own range rule explains it.
+    OutOfRange,
+    NotInteger(String),
+}
+
 macro_rules! number_value {
-    ($(#[$doc:meta])* $name:ident($repr:ty, $repr_name:tt), $check:expr) => {
+    ($(#[$doc:meta])* $name:ident($repr:ty, $field:literal), $check:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-        #[serde(try_from = $repr_name)]
+        #[serde(try_from = "serde_json::Number")]
         pub struct $name($repr);
+
+        impl TryFrom<serde_json::Number> for $name {
+            type Error = InvalidValue;
+
+            fn try_from(number: serde_json::Number) -> Result<Self, InvalidValue> {
+                match integral::<$repr>(&number, $field) {
+                    Ok(value) => $name::try_from(value),
+                    // Past the representation's bounds is past the rule's bounds too (both
+                    // ends of every rule lie well inside): the rule words the refusal.
+                    Err(IntegralError::OutOfRange) => {
+                        let beyond = if number.as_f64().is_some_and(|v| v < 0.0) {
+                            <$repr>::MIN
+                        } else {
+                            <$repr>::MAX
+                        };
+                        $name::try_from(beyond)
+                    }
+                    Err(IntegralError::NotInteger(message)) => Err(InvalidValue(message)),
+                }
+            }
+        }
 
         impl $name {
             pub const fn get(self) -> $repr {
@@ -212,17 +269,17 @@ string_value!(
 );
 number_value!(
     /// Units held by one reservation: 1 to 1 000 000.
-    Quantity(i64, "i64"),
+    Quantity(i64, "quantity"),
     validate::quantity
 );
 number_value!(
     /// How long a hold lasts: 1 s to one day.
-    TtlSeconds(u32, "u32"),
+    TtlSeconds(u32, "ttl_seconds"),
     |ttl| validate::ttl_seconds(Some(ttl)).map(|_| ())
 );
 number_value!(
     /// A stock adjustment: non-zero, at most 1 000 000 000 in magnitude.
-    Delta(i64, "i64"),
+    Delta(i64, "delta"),
     validate::delta
 );
 

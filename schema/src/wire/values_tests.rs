@@ -96,3 +96,31 @@ fn position_is_stripped_only_when_it_is_one() {
     assert_eq!(strip_position("sku x at line 1 column 9"), "sku x");
     assert_eq!(strip_position("sku at line one"), "sku at line one");
 }
+
+#[test]
+fn integral_numbers_are_integers_however_they_are_spelled() {
+    let body = |s: &str| serde_json::from_str::<Quantity>(s).map(Quantity::get);
+    assert_eq!(body("2").unwrap(), 2);
+    assert_eq!(body("2.0").unwrap(), 2);
+    assert_eq!(body("2e0").unwrap(), 2);
+    let ttl: TtlSeconds = serde_json::from_str("1.2e2").unwrap();
+    assert_eq!(ttl.get(), 120);
+}
+
+#[test]
+fn fractional_and_out_of_range_numbers_are_refused_in_the_rules_words() {
+    let refusal = |s: &str| serde_json::from_str::<Quantity>(s).unwrap_err().to_string();
+    assert!(refusal("1.5").starts_with("quantity must be an integer"));
+    assert!(refusal("1e30").starts_with("quantity must be between"));
+    assert!(refusal("-1e30").starts_with("quantity must be between"));
+    assert!(refusal("99999999999999999999").starts_with("quantity must be between"));
+    let ttl = serde_json::from_str::<TtlSeconds>("-1")
+        .unwrap_err()
+        .to_string();
+    assert!(ttl.starts_with("ttl_seconds must be between"), "{ttl}");
+    let delta = serde_json::from_str::<Delta>("0.0")
+        .unwrap_err()
+        .to_string();
+    assert!(delta.starts_with("delta must be non-zero"), "{delta}");
+    assert!(serde_json::from_str::<Delta>("\"5\"").is_err());
+}

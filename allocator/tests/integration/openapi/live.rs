@@ -452,6 +452,27 @@ async fn a_replica_answers_as_documented() {
                     method.to_uppercase()
                 ));
             }
+            // RFC 9110: a 405 names the methods that would have worked, and they are the
+            // document's.
+            let allow: BTreeSet<String> = headers
+                .get("allow")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .split(',')
+                .map(|m| m.trim().to_owned())
+                .filter(|m| !m.is_empty())
+                .collect();
+            let documented: BTreeSet<String> = METHODS
+                .into_iter()
+                .filter(|m| op.path_item.get(m).is_some())
+                .map(str::to_uppercase)
+                .collect();
+            if allow != documented {
+                probe.failures.push(format!(
+                    "{} {path}: 405 with Allow {allow:?}, the document lists {documented:?}",
+                    method.to_uppercase()
+                ));
+            }
         }
     }
 
