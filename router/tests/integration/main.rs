@@ -6,6 +6,7 @@ mod common;
 mod failover;
 mod give_up;
 mod handoff;
+mod hostile_input;
 mod openapi;
 mod order_races;
 mod orders;
