@@ -239,7 +239,10 @@ pub fn render_svg(report: &Report) -> String {
         .last()
         .map_or(1.0, |s| s.second as f64 + s.span_secs)
         .max(1.0);
-    let (x_step, x_max) = nice_axis(x_extent, 10);
+    // The time axis ends with the run (ticks at round seconds within it), not at the next
+    // round number: a 20.6 s run should not leave a fifth of the chart empty.
+    let (x_step, _) = nice_axis(x_extent, 10);
+    let x_max = x_extent;
     let counts: [Series; 3] = [
         Series {
             name: "ok",
@@ -434,7 +437,14 @@ mod tests {
     fn texts(doc: &roxmltree::Document, class: &str) -> Vec<String> {
         doc.descendants()
             .filter(|n| n.attribute("class") == Some(class))
-            .flat_map(|n| n.descendants().filter_map(|t| t.text()).map(str::to_owned))
+            .flat_map(|n| {
+                n.descendants()
+                    .filter(|t| t.is_text())
+                    .filter_map(|t| t.text())
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+            })
             .collect()
     }
 
