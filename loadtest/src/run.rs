@@ -149,16 +149,30 @@ pub struct RunParams {
     pub check_concurrency: usize,
 }
 
-async fn closed_loop_worker(
+/// What the closed-loop workers share.
+#[derive(Clone)]
+struct Closed {
     api: Api,
-    c: Arc<RunConfig>,
+    config: Arc<RunConfig>,
     picker: Arc<SkuPicker>,
-    index: usize,
     stop: Arc<AtomicBool>,
+    /// Iterations started (for `--requests`).
     started: Arc<AtomicU64>,
+    /// Iterations completed (for the progress display).
     completed: Arc<AtomicU64>,
     timeline: SharedTimeline,
-) -> WorkerStats {
+}
+
+async fn closed_loop_worker(shared: Closed, index: usize) -> WorkerStats {
+    let Closed {
+        api,
+        config: c,
+        picker,
+        stop,
+        started,
+        completed,
+        timeline,
+    } = shared;
     let mut rng = StdRng::seed_from_u64(worker_seed(c.seed, index));
     let mut stats = WorkerStats::default();
     let deadline = c
@@ -269,21 +283,17 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
             .await
         }
         None => {
-            let (c, picker) = (Arc::new(p.config.clone()), Arc::new(p.picker.clone()));
-            let counter = Arc::new(AtomicU64::new(0));
+            let shared = Closed {
+                api: p.api.clone(),
+                config: Arc::new(p.config.clone()),
+                picker: Arc::new(p.picker.clone()),
+                stop: stop.clone(),
+                started: Arc::new(AtomicU64::new(0)),
+                completed: completed.clone(),
+                timeline: timeline.clone(),
+            };
             let handles: Vec<_> = (0..p.config.concurrency)
-                .map(|w| {
-                    tokio::spawn(closed_loop_worker(
-                        p.api.clone(),
-                        c.clone(),
-                        picker.clone(),
-                        w,
-                        stop.clone(),
-                        counter.clone(),
-                        completed.clone(),
-                        timeline.clone(),
-                    ))
-                })
+                .map(|w| tokio::spawn(closed_loop_worker(shared.clone(), w)))
                 .collect();
             let mut stats = WorkerStats::default();
             for handle in handles {
