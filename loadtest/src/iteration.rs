@@ -15,6 +15,7 @@ use crate::client::{Api, Final};
 use crate::report::RunConfig;
 use crate::skew::SkuPicker;
 use crate::stats::{OpTrace, Tracked, WorkerStats};
+use crate::timeline::{Outcome, Timeline};
 use schema::path::encode_segment;
 
 pub fn sku_name(prefix: &str, index: usize) -> String {
@@ -49,7 +50,8 @@ struct OrderPlaced {
 /// What one iteration did; applied to [`WorkerStats`] by [`Record::apply`].
 #[derive(Debug, Default)]
 pub struct Record {
-    ops: Vec<(&'static str, OpTrace, String)>,
+    /// Operation, trace, outcome label, and when it completed (for the per-second series).
+    ops: Vec<(&'static str, OpTrace, String, Instant)>,
     attempted: Vec<usize>,
     /// Final statuses the client knows: (sku index, status, quantity, reservation id).
     known: Vec<(usize, ReservationStatus, i64, String)>,
@@ -57,8 +59,16 @@ pub struct Record {
 }
 
 impl Record {
+    /// Add this iteration's operations to the run's time series; `now` lets it seal old seconds.
+    pub fn feed(&self, timeline: &mut Timeline, now: Instant) {
+        for (_, trace, outcome, at) in &self.ops {
+            timeline.record(*at, Outcome::of(outcome), trace.latency);
+        }
+        timeline.seal_before(now);
+    }
+
     pub fn apply(self, stats: &mut WorkerStats) {
-        for (op, trace, outcome) in &self.ops {
+        for (op, trace, outcome, _) in &self.ops {
             stats.op(op).absorb(trace, outcome);
         }
         for k in self.attempted {
@@ -178,7 +188,7 @@ async fn reserve<R: Rng + ?Sized>(
             format!("gave_up_{cause}")
         }
     };
-    record.ops.push(("reserve", trace, label));
+    record.ops.push(("reserve", trace, label, Instant::now()));
     if unknown {
         record.pending.push(Tracked {
             reservation_id,
@@ -256,7 +266,7 @@ async fn order<R: Rng + ?Sized>(
             format!("gave_up_{cause}")
         }
     };
-    record.ops.push(("order", trace, label));
+    record.ops.push(("order", trace, label, Instant::now()));
     if unknown {
         for (i, &k) in picks.iter().enumerate() {
             record.pending.push(Tracked {
@@ -298,7 +308,7 @@ async fn transition<R: Rng + ?Sized>(
         Final::Answer { status, .. } => (format!("http_{status}"), None),
         Final::GaveUp { cause } => (format!("gave_up_{cause}"), None),
     };
-    record.ops.push((op, trace, label));
+    record.ops.push((op, trace, label, Instant::now()));
     status
 }
 
@@ -326,9 +336,10 @@ mod tests {
     #[test]
     fn records_apply_outcomes_holds_and_unknowns() {
         let mut record = Record::default();
+        let t0 = Instant::now();
         record
             .ops
-            .push(("reserve", OpTrace::default(), "created".into()));
+            .push(("reserve", OpTrace::default(), "created".into(), t0));
         record.attempted.extend([3, 3, 4]);
         record
             .known
@@ -341,6 +352,9 @@ mod tests {
             sku_index: 4,
             quantity: 2,
         });
+        let mut timeline = Timeline::new(t0);
+        record.feed(&mut timeline, t0);
+        assert_eq!(timeline.done(), 1);
         let mut stats = WorkerStats::default();
         record.apply(&mut stats);
         assert_eq!(stats.iterations, 1);

@@ -5,6 +5,7 @@
 //! loadtest seed  --target URL --skus 1000 --stock 1000000 --prefix bench
 //! loadtest run   --target URL --skus 1000 --prefix bench --concurrency 64 --duration-secs 20 \
 //!                --skew hot:0.9 --confirm-ratio 0.5 --release-ratio 0.3 --seed 42 [--json]
+//! loadtest run   ... --json-out run.json   # also run.svg: throughput and latency per second
 //! loadtest run   ... --rate 500 --max-in-flight 256            # open loop
 //! loadtest run   ... --order-ratio 0.2 --order-lines 3         # orders (router target)
 //! loadtest check --target URL --skus 1000 --prefix bench
@@ -14,15 +15,18 @@
 //! Exit status: 0 on success, 1 when an invariant fails (run, check) or a SKU could not be
 //! seeded (seed), 2 on usage or setup errors.
 
+mod chart;
 mod check;
 mod client;
 mod iteration;
 mod pacer;
+mod progress;
 mod report;
 mod run;
 mod seed;
 mod skew;
 mod stats;
+mod timeline;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -103,7 +107,8 @@ struct Common {
     /// Print the report as one JSON object on stdout instead of text.
     #[arg(long, env = "LOADTEST_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
-    /// Also write the JSON report to this file.
+    /// Also write the JSON report to this file (`run`: and its per-second chart beside it, as
+    /// the same name with `.svg`).
     #[arg(long, env = "LOADTEST_JSON_OUT")]
     json_out: Option<PathBuf>,
 }
@@ -180,9 +185,13 @@ struct RunArgs {
     /// Wait before resolving unknown outcomes with GET, so queued requests can finish.
     #[arg(long, env = "LOADTEST_SETTLE_MS", default_value_t = 2000)]
     settle_ms: u64,
-    /// Progress line on stderr every this many seconds; 0 disables.
+    /// When stderr is not a terminal (or with --no-progress): a progress line on stderr every
+    /// this many seconds; 0 disables.
     #[arg(long, env = "LOADTEST_PROGRESS_SECS", default_value_t = 5.0)]
     progress_secs: f64,
+    /// No live progress bar (drawn on stderr only when it is a terminal).
+    #[arg(long, env = "LOADTEST_NO_PROGRESS", value_parser = clap::builder::BoolishValueParser::new())]
+    no_progress: bool,
     /// Concurrency of the snapshot, resolution and check reads.
     #[arg(long, env = "LOADTEST_CHECK_CONCURRENCY", default_value_t = 32)]
     check_concurrency: usize,
@@ -249,6 +258,18 @@ impl Common {
         }
         Ok(())
     }
+}
+
+/// The chart goes beside the JSON report: `run.json` → `run.svg`.
+fn chart_path(json: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let svg = json.with_extension("svg");
+    if svg == json {
+        bail!(
+            "--json-out {} ends in .svg, where the chart would go",
+            json.display()
+        );
+    }
+    Ok(svg)
 }
 
 fn default_run_id() -> String {
@@ -318,6 +339,7 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
     if args.requests == Some(0) {
         bail!("--requests must be at least 1");
     }
+    let chart_path = common.json_out.as_deref().map(chart_path).transpose()?;
     let run_id = args.run_id.clone().unwrap_or_else(default_run_id);
     ReservationId::try_from(format!(
         "{run_id}-w{}-{}-o:{}",
@@ -360,11 +382,16 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
         max_in_flight: args.max_in_flight,
         snapshot_max: args.snapshot_max,
         settle: Duration::from_millis(args.settle_ms),
+        progress_bar: !args.no_progress,
         progress,
         check_concurrency: args.check_concurrency,
     })
     .await?;
     common.emit(&report, || report.render_text())?;
+    if let Some(path) = chart_path {
+        std::fs::write(&path, chart::render_svg(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(report.invariants.ok)
 }
 

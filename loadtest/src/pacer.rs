@@ -22,6 +22,7 @@ use crate::iteration::iterate;
 use crate::report::RunConfig;
 use crate::skew::SkuPicker;
 use crate::stats::WorkerStats;
+use crate::timeline::SharedTimeline;
 
 /// The arrival schedule: offsets `i / rate` from the origin for `i < limit`.
 #[derive(Debug, Clone)]
@@ -105,6 +106,8 @@ pub struct OpenLoop {
     pub max_in_flight: usize,
     pub stop: Arc<AtomicBool>,
     pub completed: Arc<AtomicU64>,
+    /// Per-second series; its own lock, so the display never waits for the stats lock.
+    pub timeline: SharedTimeline,
 }
 
 /// Run the schedule to its end; returns the merged statistics.
@@ -124,6 +127,7 @@ pub async fn run_open_loop(p: OpenLoop) -> WorkerStats {
         .map(|lane| {
             let (rx, stats, shared) = (rx.clone(), stats.clone(), shared.clone());
             let (stop, completed) = (p.stop.clone(), p.completed.clone());
+            let timeline = p.timeline.clone();
             tokio::spawn(async move {
                 let (api, c, picker) = &*shared;
                 let mut rng = StdRng::seed_from_u64(crate::run::worker_seed(c.seed, lane));
@@ -142,6 +146,7 @@ pub async fn run_open_loop(p: OpenLoop) -> WorkerStats {
                     }
                     let id = format!("{}-o{i}", c.run_id);
                     let record = iterate(api, c, picker, id, Some(intended), &mut rng).await;
+                    record.feed(&mut timeline.lock().expect("timeline lock"), Instant::now());
                     let mut s = stats.lock().expect("stats lock");
                     s.pacing.started += 1;
                     if start == Start::Late {

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::check::InvariantReport;
 use crate::stats::{Latency, OpStats, Pacing, WorkerStats};
+use crate::timeline::TimelineReport;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LatencySummary {
@@ -101,6 +102,9 @@ pub struct Report {
     pub attempts_by_status: BTreeMap<String, u64>,
     pub retries_by_cause: BTreeMap<String, u64>,
     pub invariants: InvariantReport,
+    /// Operations completed per second by outcome class, and per-second latency percentiles
+    /// (also drawn as the SVG chart beside `--json-out`).
+    pub timeline: TimelineReport,
 }
 
 impl Report {
@@ -109,6 +113,7 @@ impl Report {
         elapsed_secs: f64,
         stats: &WorkerStats,
         invariants: InvariantReport,
+        timeline: TimelineReport,
     ) -> Report {
         let per_sec = |n: u64| {
             if elapsed_secs > 0.0 {
@@ -164,6 +169,7 @@ impl Report {
             attempts_by_status: all.attempts.clone(),
             retries_by_cause: all.retries.clone(),
             invariants,
+            timeline,
         }
     }
 
@@ -345,7 +351,13 @@ mod tests {
             order_lines: 2,
             seed: 42,
         };
-        let r = Report::build(config.clone(), 2.0, &s, InvariantReport::default());
+        let r = Report::build(
+            config.clone(),
+            2.0,
+            &s,
+            InvariantReport::default(),
+            TimelineReport::default(),
+        );
         assert_eq!(r.http_requests, 13);
         assert_eq!(r.http_requests_per_sec, 6.5);
         assert_eq!(r.reserves_per_sec, 5.0);
@@ -372,7 +384,13 @@ mod tests {
             rate: Some(10.0),
             ..config
         };
-        let r = Report::build(open, 2.0, &s, InvariantReport::default());
+        let r = Report::build(
+            open,
+            2.0,
+            &s,
+            InvariantReport::default(),
+            TimelineReport::default(),
+        );
         assert_eq!(r.pacing.unwrap().not_started, 2);
         let text = r.render_text();
         assert!(text.contains("open loop at 10 iterations/s"), "{text}");

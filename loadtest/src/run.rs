@@ -16,9 +16,11 @@ use crate::check::{check_sku, shown_skus, Counts, InvariantReport};
 use crate::client::{Api, Final};
 use crate::iteration::{iterate, sku_name};
 use crate::pacer::{run_open_loop, OpenLoop};
+use crate::progress::{Progress, ProgressParams};
 use crate::report::{Report, RunConfig};
 use crate::skew::SkuPicker;
 use crate::stats::{SkuTally, Tracked, WorkerStats};
+use crate::timeline::{SharedTimeline, Timeline};
 use schema::path::encode_segment;
 
 /// Holds are read back after the load when their TTL is shorter than the run plus the settle
@@ -139,21 +141,38 @@ pub struct RunParams {
     pub snapshot_max: usize,
     /// Wait this long before resolving unknown outcomes (lets queued requests finish).
     pub settle: Duration,
-    /// Print progress to stderr this often (`None`: never).
+    /// Draw a live progress bar on stderr when it is a terminal.
+    pub progress_bar: bool,
+    /// Without a bar: a progress line on stderr this often (`None`: never).
     pub progress: Option<Duration>,
     /// Concurrency of the snapshot / resolution / check reads.
     pub check_concurrency: usize,
 }
 
-async fn closed_loop_worker(
+/// What the closed-loop workers share.
+#[derive(Clone)]
+struct Closed {
     api: Api,
-    c: Arc<RunConfig>,
+    config: Arc<RunConfig>,
     picker: Arc<SkuPicker>,
-    index: usize,
     stop: Arc<AtomicBool>,
+    /// Iterations started (for `--requests`).
     started: Arc<AtomicU64>,
+    /// Iterations completed (for the progress display).
     completed: Arc<AtomicU64>,
-) -> WorkerStats {
+    timeline: SharedTimeline,
+}
+
+async fn closed_loop_worker(shared: Closed, index: usize) -> WorkerStats {
+    let Closed {
+        api,
+        config: c,
+        picker,
+        stop,
+        started,
+        completed,
+        timeline,
+    } = shared;
     let mut rng = StdRng::seed_from_u64(worker_seed(c.seed, index));
     let mut stats = WorkerStats::default();
     let deadline = c
@@ -169,9 +188,9 @@ async fn closed_loop_worker(
             break;
         }
         let id = format!("{}-w{index}-{iteration}", c.run_id);
-        iterate(&api, &c, &picker, id, None, &mut rng)
-            .await
-            .apply(&mut stats);
+        let record = iterate(&api, &c, &picker, id, None, &mut rng).await;
+        record.feed(&mut timeline.lock().expect("timeline lock"), Instant::now());
+        record.apply(&mut stats);
         completed.fetch_add(1, Ordering::Relaxed);
     }
     stats
@@ -238,23 +257,15 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
         })
     };
     let started = Instant::now();
-    let progress = p.progress.map(|every| {
-        let completed = completed.clone();
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            ticker.tick().await;
-            let mut last = 0u64;
-            loop {
-                ticker.tick().await;
-                let done = completed.load(Ordering::Relaxed);
-                eprintln!(
-                    "loadtest: {:>6.1} s  {done} iterations  {:.0}/s now",
-                    started.elapsed().as_secs_f64(),
-                    (done - last) as f64 / every.as_secs_f64()
-                );
-                last = done;
-            }
-        })
+    let timeline = Timeline::shared(started);
+    let progress = Progress::start(ProgressParams {
+        timeline: timeline.clone(),
+        started,
+        duration: p.config.duration_secs.map(Duration::from_secs_f64),
+        requests: p.config.requests,
+        iterations: completed.clone(),
+        bar: p.progress_bar,
+        lines_every: p.progress,
     });
 
     let mut stats = match p.config.rate {
@@ -267,24 +278,22 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
                 max_in_flight: p.max_in_flight,
                 stop: stop.clone(),
                 completed: completed.clone(),
+                timeline: timeline.clone(),
             })
             .await
         }
         None => {
-            let (c, picker) = (Arc::new(p.config.clone()), Arc::new(p.picker.clone()));
-            let counter = Arc::new(AtomicU64::new(0));
+            let shared = Closed {
+                api: p.api.clone(),
+                config: Arc::new(p.config.clone()),
+                picker: Arc::new(p.picker.clone()),
+                stop: stop.clone(),
+                started: Arc::new(AtomicU64::new(0)),
+                completed: completed.clone(),
+                timeline: timeline.clone(),
+            };
             let handles: Vec<_> = (0..p.config.concurrency)
-                .map(|w| {
-                    tokio::spawn(closed_loop_worker(
-                        p.api.clone(),
-                        c.clone(),
-                        picker.clone(),
-                        w,
-                        stop.clone(),
-                        counter.clone(),
-                        completed.clone(),
-                    ))
-                })
+                .map(|w| tokio::spawn(closed_loop_worker(shared.clone(), w)))
                 .collect();
             let mut stats = WorkerStats::default();
             for handle in handles {
@@ -293,10 +302,10 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
             stats
         }
     };
-    let elapsed = started.elapsed().as_secs_f64();
-    if let Some(progress) = progress {
-        progress.abort();
-    }
+    let elapsed = started.elapsed();
+    progress.finish();
+    let series = timeline.lock().expect("timeline lock").report(elapsed);
+    let elapsed = elapsed.as_secs_f64();
 
     let mut inv = InvariantReport {
         snapshot_before: before.is_some(),
@@ -394,7 +403,7 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
     inv.skus = shown_skus(checks, 5);
 
     interrupt.abort();
-    Ok(Report::build(p.config, elapsed, &stats, inv))
+    Ok(Report::build(p.config, elapsed, &stats, inv, series))
 }
 
 #[cfg(test)]

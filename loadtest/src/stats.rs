@@ -42,6 +42,15 @@ impl Default for Latency {
 }
 
 impl Latency {
+    /// Two significant digits (1 % resolution): an eighth of the memory of the default, for the
+    /// run's per-second histograms, of which there can be many.
+    pub fn coarse() -> Self {
+        Latency(
+            Histogram::new_with_bounds(1, LATENCY_MAX_MICROS, 2)
+                .expect("static histogram bounds are valid"),
+        )
+    }
+
     pub fn record(&mut self, elapsed: Duration) {
         self.record_micros(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
     }

@@ -1,7 +1,8 @@
 //! A few seconds of the load tool against a real allocator and router (private PostgreSQL from
 //! the allocator's testkit): closed loop with orders and holds that expire during the run, then
-//! open loop at a small rate. Each run must exit 0 — its invariant checks passed — and a broken
-//! row must make `loadtest check` exit 1.
+//! open loop at a small rate. Each run must exit 0 — its invariant checks passed — and write its
+//! per-second series into the JSON and as an SVG chart beside it; a broken row must make
+//! `loadtest check` exit 1.
 //!
 //! Needs the allocator binary (`cargo build -p allocator`); `cargo test --workspace` builds it.
 
@@ -26,6 +27,54 @@ fn loadtest(sub: &str, target: &str, extra: &[&str]) -> std::process::Output {
 
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).expect("json report")).expect("parse report")
+}
+
+/// The SVG chart beside `json` must parse and draw every second of the JSON's timeline, with
+/// as many operations as the report counted.
+fn assert_chart(json_path: &Path, report: &serde_json::Value) {
+    let seconds = report["timeline"]["seconds"].as_array().expect("timeline");
+    assert!(!seconds.is_empty(), "{report}");
+    let total: u64 = seconds
+        .iter()
+        .map(|s| {
+            ["ok", "out_of_stock", "error"]
+                .iter()
+                .map(|k| s[k].as_u64().expect("count"))
+                .sum::<u64>()
+        })
+        .sum();
+    assert_eq!(
+        total,
+        report["latency"]["count"].as_u64().unwrap(),
+        "{report}"
+    );
+    let svg_path = json_path.with_extension("svg");
+    let svg = std::fs::read_to_string(&svg_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", svg_path.display()));
+    let doc = roxmltree::Document::parse(&svg).expect("chart is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let series = |name: &str| {
+        doc.descendants()
+            .find(|n| {
+                n.attribute("class") == Some("series") && n.attribute("data-series") == Some(name)
+            })
+            .unwrap_or_else(|| panic!("series {name} missing from {}", svg_path.display()))
+    };
+    for name in ["ok", "out_of_stock", "error"] {
+        let points: usize = series(name)
+            .children()
+            .filter_map(|n| n.attribute("points"))
+            .map(|p| p.split(' ').count())
+            .sum();
+        assert_eq!(points, seconds.len(), "{name} in {svg}");
+    }
+    let with_latency = seconds.iter().filter(|s| !s["p99_ms"].is_null()).count();
+    let p99_points: usize = series("p99")
+        .children()
+        .filter_map(|n| n.attribute("points"))
+        .map(|p| p.split(' ').count())
+        .sum();
+    assert_eq!(p99_points, with_latency, "{svg}");
 }
 
 fn show(out: &std::process::Output) -> String {
@@ -154,6 +203,7 @@ async fn closed_and_open_loop_keep_the_invariants() {
         report["invariants"]["expired"].as_u64().unwrap() > 0,
         "{report}"
     );
+    assert_chart(&closed, &report);
 
     // Open loop at 40/s for 1.5 s: 60 scheduled, every one started or counted as not started.
     let open = dir.path().join("open.json");
@@ -187,6 +237,7 @@ async fn closed_and_open_loop_keep_the_invariants() {
         "{report}"
     );
     assert_eq!(report["invariants"]["ok"], true);
+    assert_chart(&open, &report);
 
     // A row that no longer balances makes the check fail.
     let (client, connection) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
