@@ -9,5 +9,6 @@ mod handoff;
 mod openapi;
 mod order_races;
 mod orders;
+mod prometheus;
 mod request_id;
 mod routing;
