@@ -238,11 +238,6 @@ impl Job {
         };
         if let Ok(lag) = schema::settlement::read_lag(&**client).await {
             metrics::gauge!(m::JOB_WINDOW_LAG, "job" => JOB).set(lag);
-            // Set again with every lag: `spawn` runs before the application installs its
-            // metrics recorder, so the value set there alone never reached /metrics, and the
-            // lag alert compares against this gauge.
-            metrics::gauge!(m::JOB_WINDOW_SECONDS, "job" => JOB)
-                .set(self.settings.window.as_secs_f64());
         }
     }
 

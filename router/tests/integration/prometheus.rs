@@ -833,15 +833,28 @@ async fn prometheus_scrapes_the_cluster_dashboard_queries_answer_and_unowned_par
         .value(&format!("ALERTS{{alertname=\"{partitions_alert}\", alertstate=\"firing\", {COPY_LABEL}=\"true\"}}"))
         .await;
     assert_eq!(unowned, Some(1.0), "ALERTS series of the firing copy");
-    let alerts = prometheus.api("/api/v1/alerts").await.unwrap();
-    let value: f64 = alerts["alerts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["labels"]["alertname"] == partitions_alert && a["labels"][COPY_LABEL] == "true")
-        .and_then(|a| a["value"].as_str()?.parse().ok())
-        .expect("alert value");
-    assert_eq!(value, PARTITIONS as f64, "every partition is without owner");
+    // The alert's value is the latest evaluation; right after the kill it can still count a few
+    // partitions as owned (scrapes and the 5 s recording rule lag), so wait for all of them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let alerts = prometheus.api("/api/v1/alerts").await.unwrap();
+        let value: Option<f64> = alerts["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| {
+                a["labels"]["alertname"] == partitions_alert && a["labels"][COPY_LABEL] == "true"
+            })
+            .and_then(|a| a["value"].as_str()?.parse().ok());
+        if value == Some(PARTITIONS as f64) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{partitions_alert}: value {value:?}, wanted every partition ({PARTITIONS}) unowned"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // An allocator back (same id; its old leases have expired): the alert clears.
     cluster.spawn_allocator(&keep);
