@@ -318,17 +318,14 @@ print_header_usage() {
     awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
 }
 
-# promtool_bin: prints a promtool binary. Uses one on PATH; otherwise unpacks Debian's
-# `prometheus` package into a cache directory without installing (or starting) the server.
-promtool_bin() {
-    if command -v promtool >/dev/null 2>&1; then
-        command -v promtool
-        return 0
-    fi
+# _prometheus_deb_dir: prints a directory holding Debian's `prometheus` package unpacked (its
+# usr/bin has both promtool and the prometheus server), downloading and unpacking it into a cache
+# directory on first use. Nothing is installed and no service is started.
+_prometheus_deb_dir() {
     local cache="${XDG_CACHE_HOME:-$HOME/.cache}/allocator-ops/prometheus"
-    if [[ ! -x "$cache/usr/bin/promtool" ]]; then
-        [[ -z "${OPS_NO_INSTALL:-}" ]] || { err "promtool missing and OPS_NO_INSTALL is set"; return 1; }
-        command -v apt-get >/dev/null 2>&1 || { err "promtool missing and no apt-get to fetch it"; return 1; }
+    if [[ ! -x "$cache/usr/bin/promtool" || ! -x "$cache/usr/bin/prometheus" ]]; then
+        [[ -z "${OPS_NO_INSTALL:-}" ]] || { err "Prometheus tools missing and OPS_NO_INSTALL is set"; return 1; }
+        command -v apt-get >/dev/null 2>&1 || { err "Prometheus tools missing and no apt-get to fetch them"; return 1; }
         local tmp
         tmp="$(mktemp -d)"
         if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
@@ -339,5 +336,63 @@ promtool_bin() {
         dpkg -x "$tmp"/prometheus_*.deb "$cache" || { rm -rf "$tmp"; return 1; }
         rm -rf "$tmp"
     fi
-    echo "$cache/usr/bin/promtool"
+    echo "$cache"
+}
+
+# promtool_bin: prints a promtool binary. Uses one on PATH; otherwise unpacks Debian's
+# `prometheus` package into a cache directory without installing (or starting) the server.
+promtool_bin() {
+    if command -v promtool >/dev/null 2>&1; then
+        command -v promtool
+        return 0
+    fi
+    local dir
+    dir="$(_prometheus_deb_dir)" || return 1
+    echo "$dir/usr/bin/promtool"
+}
+
+# prometheus_bin: prints a Prometheus server binary for the tests that scrape a real cluster
+# ($ALLOCATOR_PROMETHEUS_BIN, PATH, else the unpacked Debian package above). Returns 1 when none
+# can be had.
+prometheus_bin() {
+    if [[ -n "${ALLOCATOR_PROMETHEUS_BIN:-}" && -x "$ALLOCATOR_PROMETHEUS_BIN" ]]; then
+        printf '%s\n' "$ALLOCATOR_PROMETHEUS_BIN"
+        return 0
+    fi
+    if command -v prometheus >/dev/null 2>&1; then
+        command -v prometheus
+        return 0
+    fi
+    local dir
+    dir="$(_prometheus_deb_dir)" || return 1
+    echo "$dir/usr/bin/prometheus"
+}
+
+# Pinned validators for ops/deploy (installed from PyPI into a private virtualenv, never into
+# the system Python). kubernetes-validate ships the Kubernetes JSON schemas it validates against,
+# and check-jsonschema ships the compose-spec schema, so validation itself needs no network.
+OPS_VALIDATORS_PIP=(kubernetes-validate==1.37.0 check-jsonschema==0.39.0)
+
+# validators_venv: prints the bin directory of a virtualenv holding OPS_VALIDATORS_PIP, creating
+# or updating it when the pinned list changed.
+validators_venv() {
+    local venv="${XDG_CACHE_HOME:-$HOME/.cache}/allocator-ops/validators-venv"
+    local pinned="${OPS_VALIDATORS_PIP[*]}"
+    if [[ -x "$venv/bin/kubernetes-validate" && -x "$venv/bin/check-jsonschema" \
+        && "$(cat "$venv/.pinned" 2>/dev/null)" == "$pinned" ]]; then
+        echo "$venv/bin"
+        return 0
+    fi
+    [[ -z "${OPS_NO_INSTALL:-}" ]] || { err "validators missing and OPS_NO_INSTALL is set"; return 1; }
+    ensure_packages python3
+    if ! python3 -m venv --clear "$venv" >/dev/null 2>&1; then
+        # Debian splits venv support out of python3.
+        is_root && command -v apt-get >/dev/null 2>&1 \
+            && quiet env DEBIAN_FRONTEND=noninteractive apt-get -qq install -y python3-venv </dev/null
+        python3 -m venv --clear "$venv" >/dev/null 2>&1 || { err "python3 -m venv failed (install python3-venv)"; return 1; }
+    fi
+    quiet "$venv/bin/pip" install --quiet --disable-pip-version-check "${OPS_VALIDATORS_PIP[@]}" \
+        || { err "pip install ${OPS_VALIDATORS_PIP[*]} failed"; return 1; }
+    printf '%s\n' "$pinned" >"$venv/.pinned"
+    echo "$venv/bin"
 }

@@ -2,8 +2,9 @@
 # README command 2: the workspace's tests (and, for CI, the lints).
 #
 #   ops/test.sh                 cargo test --workspace --all-targets -- --test-threads=2
-#   ops/test.sh --lint          first cargo fmt --check, cargo clippy -D warnings and promtool on
-#                               the alert rules and their unit tests (also CI=true)
+#   ops/test.sh --lint          first cargo fmt --check, cargo clippy -D warnings, promtool on
+#                               the alert rules, their unit tests and both Prometheus configs, and
+#                               ops/deploy/validate.sh on the deployment files (also CI=true)
 #   ops/test.sh [--lint] [cargo test args...]   replace --workspace --all-targets, e.g.
 #                                               ops/test.sh -p allocator --test integration fencing
 #
@@ -17,7 +18,8 @@
 # Knobs: TEST_THREADS (2), TEST_RUNNER (cargo | nextest; default cargo), TEST_BUDGET_SECONDS
 # (whole-run deadline, default 1740 when CI=true, none otherwise; CI=true also adds
 # --no-fail-fast so one run reports every failing test binary), ALLOCATOR_PG_BIN,
-# ALLOCATOR_REDIS_SERVER (exported to the tests; found automatically), OPS_NO_INSTALL=1.
+# ALLOCATOR_REDIS_SERVER, ALLOCATOR_PROMETHEUS_BIN (exported to the tests; found automatically),
+# OPS_NO_INSTALL=1.
 set -euo pipefail
 
 # shellcheck source=ops/lib.sh
@@ -105,9 +107,27 @@ if ((lint)); then
     if promtool="$(promtool_bin)"; then
         run alert-rules "$promtool" check rules ops/prometheus/alerts.yml
         run alert-tests "$promtool" test rules ops/prometheus/alerts_test.yml
+        # check config also loads and checks the rule files each config names.
+        run prometheus-config "$promtool" check config ops/prometheus/prometheus.yml
+        run deploy-prometheus-config "$promtool" check config ops/deploy/prometheus/prometheus.yml \
+            ops/deploy/prometheus/kubernetes.yml
     else
         run alert-rules false
     fi
+    if validators="$(validators_venv)"; then
+        run deploy-manifests ops/deploy/validate.sh "$validators"
+    else
+        run deploy-manifests false
+    fi
+fi
+
+# The Prometheus scrape test (router/tests/integration/prometheus.rs) runs a real Prometheus
+# server from the same Debian package as promtool; without it that test skips (fails in CI).
+if prometheus="$(prometheus_bin)"; then
+    export ALLOCATOR_PROMETHEUS_BIN="$prometheus"
+    info "ALLOCATOR_PROMETHEUS_BIN=$ALLOCATOR_PROMETHEUS_BIN"
+else
+    warn "no Prometheus server binary: the Prometheus scrape test will skip (and fail with CI=true)"
 fi
 
 case "$RUNNER" in

@@ -74,6 +74,10 @@ impl Application {
             schema::partition_count(&client).await?
         };
 
+        // Before any task starts: values set while no recorder is installed are dropped, and
+        // gauges that are set once at start (the settlement window, a replica's job leader = 0)
+        // would then never be exported.
+        let metrics = crate::metrics::install();
         let shutdown = CancellationToken::new();
         let ownership = Arc::new(Ownership::new(
             partition_count,
@@ -143,7 +147,6 @@ impl Application {
             shutdown.clone(),
         );
 
-        let metrics = crate::metrics::install();
         let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
             metrics.clone(),
             shutdown.clone(),

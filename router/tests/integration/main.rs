@@ -10,5 +10,6 @@ mod hostile_input;
 mod openapi;
 mod order_races;
 mod orders;
+mod prometheus;
 mod request_id;
 mod routing;
