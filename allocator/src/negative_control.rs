@@ -54,7 +54,7 @@ pub fn batch_function() -> &'static str {
 const EDITS: [(&str, &str); 3] = [
     (
         "FUNCTION public.apply_fenced_batch(",
-        "OR REPLACE FUNCTION public.apply_fenced_batch_unfenced(",
+        "FUNCTION public.apply_fenced_batch_unfenced(",
     ),
     (
         "IF rec.holder_id IS NOT DISTINCT FROM p_replica AND rec.epoch = p_epochs[fp] AND rec.live THEN
@@ -95,8 +95,12 @@ pub async fn install(client: &tokio_postgres::Client) -> anyhow::Result<()> {
             );
             source = source.replace(from, to);
         }
+        // Replicas start together; concurrent CREATE OR REPLACE of one function can fail with
+        // "tuple concurrently updated", so they take turns.
         client
-            .batch_execute(&source)
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('{UNFENCED_FUNCTION}')); {source}; COMMIT;"
+            ))
             .await
             .context("creating the unfenced batch function")?;
         tracing::warn!(

@@ -260,12 +260,10 @@ async fn kill_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
 
 /// Graceful stop (SIGTERM, releases its leases); SIGKILL if it does not exit in time.
 async fn stop_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
-    let p = cluster.allocators[i]
-        .process
-        .as_mut()
-        .context("allocator not running")?;
+    let a = &mut cluster.allocators[i];
+    let p = a.process.as_mut().context("allocator not running")?;
     if p.try_exit_status()?.is_some() {
-        bail!("{} exited on its own:\n{}", cluster.allocators[i].id, p.log_tail(20));
+        bail!("{} exited on its own:\n{}", a.id, p.log_tail(20));
     }
     p.sigterm()?;
     if p.wait_exit(Duration::from_secs(10)).await.is_err() {

@@ -176,7 +176,7 @@ impl Workload {
     pub async fn seed(&self) -> anyhow::Result<()> {
         let skus: Vec<String> = self.skus().cloned().collect();
         for sku in skus {
-            let units = if sku.starts_with("hot-") { 30 } else { 12 };
+            let units = if sku.starts_with("hot-") { 60 } else { 20 };
             let id = format!("seed-{sku}");
             let mut attempts = 0;
             loop {
@@ -265,11 +265,11 @@ impl Workload {
         while !stop.load(Ordering::Relaxed) {
             n += 1;
             let sku = &skus[rng.random_range(0..skus.len())];
-            let delta = rng.random_range(5..=15);
+            let delta = rng.random_range(5..=20);
             let router = rng.random_range(0..self.routers.len());
             self.adjust("restock", router, &format!("adj-{n}"), sku, delta)
                 .await;
-            tokio::time::sleep(Duration::from_millis(rng.random_range(400..=900))).await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(150..=400))).await;
         }
     }
 }
