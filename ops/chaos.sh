@@ -62,10 +62,11 @@ target_dir="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 bin_dir="$target_dir/debug"
 allocator_bin="$bin_dir/allocator"
 if ((negative)); then
-    # The feature only changes the allocator crate, so this build reuses every dependency; the
+    # Same package set as the default build below, so dependencies resolve to the same features
+    # and only the allocator crate is compiled again; the
     # binary is copied aside and the default build below puts the normal one back in place.
     step "build the negative-control allocator"
-    cargo build -q -p allocator --features negative-control
+    cargo build -q -p allocator -p router -p chaos --features allocator/negative-control
     cp "$bin_dir/allocator" "$bin_dir/allocator-negative-control"
     allocator_bin="$bin_dir/allocator-negative-control"
 fi

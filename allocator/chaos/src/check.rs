@@ -131,7 +131,8 @@ pub struct Dump {
 }
 
 fn field_i64(v: &Value, k: &str) -> Result<i64, String> {
-    v[k].as_i64().ok_or_else(|| format!("missing integer {k} in {v}"))
+    v[k].as_i64()
+        .ok_or_else(|| format!("missing integer {k} in {v}"))
 }
 
 fn field_str(v: &Value, k: &str) -> Result<String, String> {
@@ -357,7 +358,8 @@ fn check_stock(dump: &Dump, report: &mut Report) {
                 *acc += d;
             }
             let [on_hand, available, held, confirmed] = s;
-            if !flagged && (available < 0 || held < 0 || confirmed < 0 || held + confirmed > on_hand)
+            if !flagged
+                && (available < 0 || held < 0 || confirmed < 0 || held + confirmed > on_hand)
             {
                 report.flag(
                     "oversell",
@@ -442,11 +444,7 @@ fn check_epochs(dump: &Dump, report: &mut Report) {
 }
 
 /// `double-reserve`, `reservation-ledger-mismatch`.
-fn check_reservations(
-    dump: &Dump,
-    ledger: &HashMap<&str, Vec<&str>>,
-    report: &mut Report,
-) {
+fn check_reservations(dump: &Dump, ledger: &HashMap<&str, Vec<&str>>, report: &mut Report) {
     for (id, kinds) in ledger {
         let reserves = kinds.iter().filter(|k| **k == "reserve").count();
         if reserves > 1 {
@@ -568,7 +566,10 @@ fn check_acknowledgements(
                 {
                     report.flag(
                         "refused-but-applied",
-                        format!("{id}: confirm refused with {:?}, ended confirmed", op.status),
+                        format!(
+                            "{id}: confirm refused with {:?}, ended confirmed",
+                            op.status
+                        ),
                     );
                 }
             }
@@ -585,15 +586,21 @@ fn check_acknowledgements(
             }
             ("adjust", Outcome::Acknowledged) => {
                 let id = op.id("adjustment_id");
-                let applied = dump.adjustments.get(id).is_some_and(|(sku, delta, status)| {
-                    status == "applied"
-                        && Some(sku.as_str()) == op.request["sku"].as_str()
-                        && Some(*delta) == op.request["delta"].as_i64()
-                });
+                let applied = dump
+                    .adjustments
+                    .get(id)
+                    .is_some_and(|(sku, delta, status)| {
+                        status == "applied"
+                            && Some(sku.as_str()) == op.request["sku"].as_str()
+                            && Some(*delta) == op.request["delta"].as_i64()
+                    });
                 if !applied {
                     report.flag(
                         "lost-ack",
-                        format!("{id}: adjustment acknowledged, stored as {:?}", dump.adjustments.get(id)),
+                        format!(
+                            "{id}: adjustment acknowledged, stored as {:?}",
+                            dump.adjustments.get(id)
+                        ),
                     );
                 }
             }
@@ -661,13 +668,25 @@ mod tests {
         )
     }
 
-    fn row(entry: i64, sku: &str, kind: &str, id: Option<&str>, d: [i64; 4], epoch: i64, at: i64) -> LedgerRow {
+    fn row(
+        entry: i64,
+        sku: &str,
+        kind: &str,
+        id: Option<&str>,
+        d: [i64; 4],
+        epoch: i64,
+        at: i64,
+    ) -> LedgerRow {
         LedgerRow {
             entry_id: entry,
             sku: sku.into(),
             partition: 0,
             kind: kind.into(),
-            adjustment_id: if id.is_none() { Some(format!("adj-{entry}")) } else { None },
+            adjustment_id: if id.is_none() {
+                Some(format!("adj-{entry}"))
+            } else {
+                None
+            },
             reservation_id: id.map(str::to_owned),
             d,
             epoch,
@@ -687,13 +706,22 @@ mod tests {
             row(5, "a", "release", Some("r2"), [0, 2, -2, 0], 2, 1200),
         ];
         dump.inventory.insert("a".into(), [10, 7, 0, 3]);
-        dump.reservations.insert("r1".into(), ("a".into(), 3, "confirmed".into()));
-        dump.reservations.insert("r2".into(), ("a".into(), 2, "released".into()));
-        dump.reservations.insert("r3".into(), ("a".into(), 50, "rejected".into()));
-        dump.adjustments.insert("adj-1".into(), ("a".into(), 10, "applied".into()));
-        dump.lease_history.insert(0, vec![(0, 0), (1, 5), (2, 1000)]);
+        dump.reservations
+            .insert("r1".into(), ("a".into(), 3, "confirmed".into()));
+        dump.reservations
+            .insert("r2".into(), ("a".into(), 2, "released".into()));
+        dump.reservations
+            .insert("r3".into(), ("a".into(), 50, "rejected".into()));
+        dump.adjustments
+            .insert("adj-1".into(), ("a".into(), 10, "applied".into()));
+        dump.lease_history
+            .insert(0, vec![(0, 0), (1, 5), (2, 1000)]);
         let history = vec![
-            op("adjust", json!({"adjustment_id": "adj-1", "sku": "a", "delta": 10}), Some(201)),
+            op(
+                "adjust",
+                json!({"adjustment_id": "adj-1", "sku": "a", "delta": 10}),
+                Some(201),
+            ),
             reserve("r1", "a", 3, Some(201)),
             op("confirm", json!({"reservation_id": "r1"}), Some(200)),
             reserve("r2", "a", 2, Some(201)),
@@ -704,9 +732,18 @@ mod tests {
     }
 
     fn only(report: &Report, rule: &str) {
-        assert!(report.count(rule) > 0, "{rule} did not fire:\n{}", report.table());
+        assert!(
+            report.count(rule) > 0,
+            "{rule} did not fire:\n{}",
+            report.table()
+        );
         for other in RULES.iter().filter(|r| **r != rule) {
-            assert_eq!(report.count(other), 0, "{other} fired too:\n{}", report.table());
+            assert_eq!(
+                report.count(other),
+                0,
+                "{other} fired too:\n{}",
+                report.table()
+            );
         }
     }
 
@@ -716,7 +753,10 @@ mod tests {
         let report = check(&history, &dump);
         assert_eq!(report.total(), 0, "{}", report.table());
         let reserve = report.ops["reserve"];
-        assert_eq!((reserve.attempted, reserve.acknowledged, reserve.refused), (3, 2, 1));
+        assert_eq!(
+            (reserve.attempted, reserve.acknowledged, reserve.refused),
+            (3, 2, 1)
+        );
         assert_eq!(report.ops["release"].unknown, 1);
     }
 
@@ -724,9 +764,12 @@ mod tests {
     fn oversell_fires_on_a_negative_prefix_even_when_the_end_balances() {
         let (history, mut dump) = clean();
         // A reserve of 12 before the restock of 10 is undone later: the end state balances.
-        dump.ledger.insert(0, row(0, "a", "reserve", Some("x"), [0, -12, 12, 0], 1, 5));
-        dump.ledger.push(row(6, "a", "release", Some("x"), [0, 12, -12, 0], 1, 40));
-        dump.reservations.insert("x".into(), ("a".into(), 12, "released".into()));
+        dump.ledger
+            .insert(0, row(0, "a", "reserve", Some("x"), [0, -12, 12, 0], 1, 5));
+        dump.ledger
+            .push(row(6, "a", "release", Some("x"), [0, 12, -12, 0], 1, 40));
+        dump.reservations
+            .insert("x".into(), ("a".into(), 12, "released".into()));
         only(&check(&history, &dump), "oversell");
     }
 
@@ -734,7 +777,8 @@ mod tests {
     fn negative_row_fires() {
         let (history, mut dump) = clean();
         dump.inventory.insert("b".into(), [0, -1, 1, 0]);
-        dump.ledger.push(row(7, "b", "restock", None, [0, -1, 1, 0], 1, 40));
+        dump.ledger
+            .push(row(7, "b", "restock", None, [0, -1, 1, 0], 1, 40));
         let report = check(&history, &dump);
         assert!(report.count("negative-row") > 0, "{}", report.table());
     }
@@ -760,8 +804,10 @@ mod tests {
     #[test]
     fn double_reserve_fires() {
         let (history, mut dump) = clean();
-        dump.ledger.push(row(6, "a", "reserve", Some("r1"), [0, -3, 3, 0], 2, 1300));
-        dump.ledger.push(row(7, "a", "release", Some("r1"), [0, 3, -3, 0], 2, 1301));
+        dump.ledger
+            .push(row(6, "a", "reserve", Some("r1"), [0, -3, 3, 0], 2, 1300));
+        dump.ledger
+            .push(row(7, "a", "release", Some("r1"), [0, 3, -3, 0], 2, 1301));
         let report = check(&history, &dump);
         assert!(report.count("double-reserve") > 0, "{}", report.table());
     }
@@ -784,7 +830,11 @@ mod tests {
         only(&check(&history, &dump), "lost-ack");
 
         let (mut history, dump) = clean();
-        history.push(op("adjust", json!({"adjustment_id": "adj-9", "sku": "a", "delta": 4}), Some(201)));
+        history.push(op(
+            "adjust",
+            json!({"adjustment_id": "adj-9", "sku": "a", "delta": 4}),
+            Some(201),
+        ));
         only(&check(&history, &dump), "lost-ack");
     }
 
@@ -795,7 +845,8 @@ mod tests {
         only(&check(&history, &dump), "refused-but-applied");
 
         let (mut history, mut dump) = clean();
-        dump.reservations.insert("r1".into(), ("a".into(), 3, "confirmed".into()));
+        dump.reservations
+            .insert("r1".into(), ("a".into(), 3, "confirmed".into()));
         history.retain(|o| o.kind != "confirm");
         history.push(op("confirm", json!({"reservation_id": "r1"}), Some(409)));
         only(&check(&history, &dump), "refused-but-applied");
@@ -805,9 +856,14 @@ mod tests {
     fn reservation_ledger_mismatch_fires() {
         let (history, mut dump) = clean();
         // Confirmed without its confirm row: the row sums still match because both change.
-        dump.reservations.insert("r2".into(), ("a".into(), 2, "confirmed".into()));
+        dump.reservations
+            .insert("r2".into(), ("a".into(), 2, "confirmed".into()));
         let report = check(&history, &dump);
-        assert!(report.count("reservation-ledger-mismatch") > 0, "{}", report.table());
+        assert!(
+            report.count("reservation-ledger-mismatch") > 0,
+            "{}",
+            report.table()
+        );
     }
 
     #[test]
@@ -821,9 +877,11 @@ mod tests {
         };
         // Placed, but line 1 was never held.
         let (mut history, mut dump) = clean();
-        dump.ledger.push(row(6, "a", "reserve", Some("o1:0"), [0, -1, 1, 0], 2, 1300));
+        dump.ledger
+            .push(row(6, "a", "reserve", Some("o1:0"), [0, -1, 1, 0], 2, 1300));
         dump.inventory.insert("a".into(), [10, 6, 1, 3]);
-        dump.reservations.insert("o1:0".into(), ("a".into(), 1, "held".into()));
+        dump.reservations
+            .insert("o1:0".into(), ("a".into(), 1, "held".into()));
         history.push(order(201));
         only(&check(&history, &dump), "order-atomicity");
         // Failed, but line 0 is still held.
@@ -831,9 +889,11 @@ mod tests {
         history.push(order(409));
         only(&check(&history, &dump), "order-atomicity");
         // Failed, line 0 held and then released: fine.
-        dump.ledger.push(row(7, "a", "release", Some("o1:0"), [0, 1, -1, 0], 2, 1301));
+        dump.ledger
+            .push(row(7, "a", "release", Some("o1:0"), [0, 1, -1, 0], 2, 1301));
         dump.inventory.insert("a".into(), [10, 7, 0, 3]);
-        dump.reservations.insert("o1:0".into(), ("a".into(), 1, "released".into()));
+        dump.reservations
+            .insert("o1:0".into(), ("a".into(), 1, "released".into()));
         assert_eq!(check(&history, &dump).total(), 0);
     }
 

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use testkit::{free_port, resident_set_kib, ChildProcess, PgServer, ProxyMode, RedisServer, TcpProxy};
+use testkit::{
+    free_port, resident_set_kib, ChildProcess, PgServer, ProxyMode, RedisServer, TcpProxy,
+};
 
 /// Lease TTL of the replicas; pauses and partitions are drawn longer than this.
 pub const LEASE_TTL_MS: u64 = 2000;
@@ -303,11 +305,18 @@ impl Cluster {
                 .allocators
                 .iter_mut()
                 .map(|a| (a.id.clone(), a.process.as_mut()))
-                .chain(self.routers.iter_mut().map(|r| (r.id.clone(), r.process.as_mut())))
+                .chain(
+                    self.routers
+                        .iter_mut()
+                        .map(|r| (r.id.clone(), r.process.as_mut())),
+                )
             {
                 if let Some(p) = p {
                     if let Some(status) = p.try_exit_status()? {
-                        bail!("{name} exited with {status} during start-up:\n{}", p.log_tail(20));
+                        bail!(
+                            "{name} exited with {status} during start-up:\n{}",
+                            p.log_tail(20)
+                        );
                     }
                 }
             }

@@ -200,7 +200,10 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
             cluster.pg_restarts += 1;
             (
                 "postgres".into(),
-                format!("fast shutdown and start, down {} ms", t0.elapsed().as_millis()),
+                format!(
+                    "fast shutdown and start, down {} ms",
+                    t0.elapsed().as_millis()
+                ),
             )
         }
         Fault::RedisRestart => {

@@ -66,10 +66,14 @@ fn libfaketime() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("ALLOCATOR_LIBFAKETIME") {
         return Some(PathBuf::from(p)).filter(|p| p.is_file());
     }
-    ["/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -94,7 +98,9 @@ async fn main() -> Result<()> {
     };
     let libfaketime = libfaketime();
     if libfaketime.is_none() && kinds.contains(&Fault::ClockSkew) {
-        tracing::warn!("libfaketime not found (set ALLOCATOR_LIBFAKETIME); clock-skew faults are skipped");
+        tracing::warn!(
+            "libfaketime not found (set ALLOCATOR_LIBFAKETIME); clock-skew faults are skipped"
+        );
         kinds.retain(|k| *k != Fault::ClockSkew);
     }
     anyhow::ensure!(!kinds.is_empty(), "no fault kinds to draw from");
@@ -120,7 +126,11 @@ async fn main() -> Result<()> {
         log_dir: out.join("logs"),
     };
     for bin in [&spec.allocator_bin, &spec.router_bin] {
-        anyhow::ensure!(bin.is_file(), "{} is missing: build it first", bin.display());
+        anyhow::ensure!(
+            bin.is_file(),
+            "{} is missing: build it first",
+            bin.display()
+        );
     }
     tracing::info!(seed = args.seed, duration_s = args.duration, negative_control = args.negative_control, dir = %out.display(), "starting cluster");
     let mut cluster = Cluster::start(spec, 3, 2).await?;
@@ -140,7 +150,9 @@ async fn main() -> Result<()> {
         tasks.push(tokio::spawn(workload.clone().client(n, seed, stop.clone())));
     }
     tasks.push(tokio::spawn(
-        workload.clone().restocker(args.seed.wrapping_add(7), stop.clone()),
+        workload
+            .clone()
+            .restocker(args.seed.wrapping_add(7), stop.clone()),
     ));
     let load_start = Instant::now();
     let stop_at = load_start + Duration::from_secs(args.duration);

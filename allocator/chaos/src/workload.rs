@@ -39,10 +39,16 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn new(clock: Clock, history: Arc<JsonLines>, routers: Vec<String>) -> anyhow::Result<Self> {
+    pub fn new(
+        clock: Clock,
+        history: Arc<JsonLines>,
+        routers: Vec<String>,
+    ) -> anyhow::Result<Self> {
         let hot: Vec<String> = (0..2).map(|i| format!("hot-{i}")).collect();
         let tail: Vec<String> = (0..24).map(|i| format!("sku-{i:02}")).collect();
-        let weights: Vec<f64> = (1..=tail.len()).map(|k| 1.0 / (k as f64).powf(ZIPF_S)).collect();
+        let weights: Vec<f64> = (1..=tail.len())
+            .map(|k| 1.0 / (k as f64).powf(ZIPF_S))
+            .collect();
         let total: f64 = weights.iter().sum();
         let mut acc = 0.0;
         let tail_cdf = weights
@@ -181,7 +187,10 @@ impl Workload {
             let mut attempts = 0;
             loop {
                 attempts += 1;
-                match self.adjust("seed", attempts % self.routers.len(), &id, &sku, units).await {
+                match self
+                    .adjust("seed", attempts % self.routers.len(), &id, &sku, units)
+                    .await
+                {
                     Some(s) if (200..300).contains(&s) => break,
                     other if attempts >= 20 => {
                         anyhow::bail!("seeding {sku} failed: last status {other:?}")
@@ -210,7 +219,14 @@ impl Workload {
                 let ttl = rng.random_range(2..=6);
                 let request = json!({"reservation_id": id, "sku": sku, "quantity": quantity, "ttl_seconds": ttl});
                 let (status, _) = self
-                    .call(&name, router, "reserve", "/v1/reservations".into(), request.clone(), request)
+                    .call(
+                        &name,
+                        router,
+                        "reserve",
+                        "/v1/reservations".into(),
+                        request.clone(),
+                        request,
+                    )
                     .await;
                 if status.is_none_or(|s| (200..300).contains(&s) || s >= 500) {
                     pending.push(id);

@@ -72,8 +72,11 @@ fn run(dir: &Path) -> Result<bool, String> {
         }
     }
     let out = dir.join("check.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&report.to_json()).unwrap_or_default())
-        .map_err(|e| format!("{}: {e}", out.display()))?;
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&report.to_json()).unwrap_or_default(),
+    )
+    .map_err(|e| format!("{}: {e}", out.display()))?;
     let total = report.total();
     if total == 0 {
         println!("checker: 0 violations ({} operations)", history.len());
@@ -86,7 +89,9 @@ fn run(dir: &Path) -> Result<bool, String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() != 1 || args[0] == "-h" || args[0] == "--help" {
-        eprintln!("usage: chaos-check DIR   (DIR holds history.jsonl and dump.json of a chaos run)");
+        eprintln!(
+            "usage: chaos-check DIR   (DIR holds history.jsonl and dump.json of a chaos run)"
+        );
         return ExitCode::from(2);
     }
     match run(&PathBuf::from(&args[0])) {
