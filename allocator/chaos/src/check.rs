@@ -623,14 +623,15 @@ fn check_orders(
             let id = format!("{order}:{i}");
             let status = status_of(dump, &id);
             match (op.status, op.outcome) {
-                (_, Outcome::Acknowledged) => {
-                    if !matches!(status, Some("held" | "confirmed" | "released" | "expired")) {
-                        report.flag(
-                            "order-atomicity",
-                            format!("order {order} placed but line {id} is {status:?}"),
-                        );
-                    }
+                (_, Outcome::Acknowledged)
+                    if !matches!(status, Some("held" | "confirmed" | "released" | "expired")) =>
+                {
+                    report.flag(
+                        "order-atomicity",
+                        format!("order {order} placed but line {id} is {status:?}"),
+                    );
                 }
+                (_, Outcome::Acknowledged) => {}
                 (Some(409), _) => {
                     let kinds = ledger.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
                     let taken = kinds.iter().filter(|k| **k == "reserve").count();
@@ -697,14 +698,16 @@ mod tests {
     /// A consistent world: 10 units restocked, r1 held 3 and confirmed, r2 held 2 and released,
     /// r3 refused; partition 0 had epoch 1 from t=0 and epoch 2 from t=1000.
     fn clean() -> (Vec<Op>, Dump) {
-        let mut dump = Dump::default();
-        dump.ledger = vec![
-            row(1, "a", "restock", None, [10, 10, 0, 0], 1, 10),
-            row(2, "a", "reserve", Some("r1"), [0, -3, 3, 0], 1, 20),
-            row(3, "a", "confirm", Some("r1"), [0, 0, -3, 3], 1, 30),
-            row(4, "a", "reserve", Some("r2"), [0, -2, 2, 0], 2, 1100),
-            row(5, "a", "release", Some("r2"), [0, 2, -2, 0], 2, 1200),
-        ];
+        let mut dump = Dump {
+            ledger: vec![
+                row(1, "a", "restock", None, [10, 10, 0, 0], 1, 10),
+                row(2, "a", "reserve", Some("r1"), [0, -3, 3, 0], 1, 20),
+                row(3, "a", "confirm", Some("r1"), [0, 0, -3, 3], 1, 30),
+                row(4, "a", "reserve", Some("r2"), [0, -2, 2, 0], 2, 1100),
+                row(5, "a", "release", Some("r2"), [0, 2, -2, 0], 2, 1200),
+            ],
+            ..Dump::default()
+        };
         dump.inventory.insert("a".into(), [10, 7, 0, 3]);
         dump.reservations
             .insert("r1".into(), ("a".into(), 3, "confirmed".into()));

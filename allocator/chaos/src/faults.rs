@@ -102,7 +102,7 @@ pub async fn run_schedule(
     let mut n = 0usize;
     // A fault started after this would mostly run without load.
     while Instant::now() + Duration::from_secs(2) < stop_at {
-        let fault = if negative_control && n % 2 == 0 && !stale_owner_kinds.is_empty() {
+        let fault = if negative_control && n.is_multiple_of(2) && !stale_owner_kinds.is_empty() {
             stale_owner_kinds[rng.random_range(0..stale_owner_kinds.len())]
         } else {
             kinds[rng.random_range(0..kinds.len())]
