@@ -49,7 +49,15 @@ const TABLES: [(&str, &str); 7] = [
 ];
 
 /// Writes the dump to `path`.
+///
+/// The replicas keep running (expiry sweeps still commit), so every table is read from one
+/// snapshot: otherwise a sweep committing between two reads shows up as an expiry in the ledger
+/// of a reservation the earlier read saw held.
 pub async fn write(client: &tokio_postgres::Client, path: &Path) -> Result<()> {
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .context("starting the dump's snapshot")?;
     let mut doc = String::from("{");
     for (i, (key, query)) in TABLES.iter().enumerate() {
         let sql = format!("SELECT coalesce(json_agg(t), '[]'::json)::text FROM ({query}) t");
@@ -63,6 +71,7 @@ pub async fn write(client: &tokio_postgres::Client, path: &Path) -> Result<()> {
         }
         doc.push_str(&format!("\n\"{key}\": {rows}"));
     }
+    client.batch_execute("COMMIT").await?;
     doc.push_str("\n}\n");
     std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))
 }
