@@ -66,9 +66,15 @@ if ((negative)); then
     # and only the allocator crate is compiled again; the
     # binary is copied aside and the default build below puts the normal one back in place.
     step "build the negative-control allocator"
-    cargo build -q -p allocator -p router -p chaos --features allocator/negative-control
+    # (`--features negative-control` applies to the selected package that has it; the
+    # `allocator/negative-control` form would name the allocator's dev-dependency on itself.)
+    cargo build -q -p allocator -p router -p chaos --features negative-control
     cp "$bin_dir/allocator" "$bin_dir/allocator-negative-control"
     allocator_bin="$bin_dir/allocator-negative-control"
+    # A default binary here would make the control test nothing; its log line only exists in
+    # the feature build.
+    grep -q "negative control armed" "$allocator_bin" \
+        || die "$allocator_bin was not built with the negative-control feature"
 fi
 step "build allocator, router, chaos"
 cargo build -q -p allocator -p router -p chaos
