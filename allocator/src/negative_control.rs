@@ -6,10 +6,11 @@
 //! `ALLOCATOR_UNSAFE_DISABLE_FENCE=1` in the environment, the replica turns off both halves of
 //! fencing (DESIGN.md §5, §6):
 //!
-//! * **its own checks**: a lease past its safe deadline or with an unconfirmed renewal still
-//!   grants authority, and the stall watchdog no longer drops leases, so a paused or cut-off
-//!   owner keeps running the commands queued for it. A renewal the database rejects still ends
-//!   the tenure, which bounds how long the broken replica keeps a partition;
+//! * **its own checks**: a lease past its safe deadline, with an unconfirmed renewal or with a
+//!   renewal the database rejected still grants authority, and the stall watchdog no longer
+//!   drops leases, so a paused or cut-off owner keeps running the commands queued for it and
+//!   keeps sweeping its partitions' overdue holds after a peer took them over. Its tenure ends
+//!   only when it acquires the partition again (a new epoch) or stops;
 //! * **the database fence**: batches go to `apply_fenced_batch_unfenced`, a copy of
 //!   `apply_fenced_batch` made at start-up in which the lease check always passes and the row
 //!   epoch only ever rises. The copy still takes the lease row `FOR KEY SHARE` and still writes

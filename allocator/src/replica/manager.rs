@@ -182,7 +182,10 @@ impl LeaseManager {
                             self.ownership.renewed(token, t0);
                         } else {
                             metrics::counter!(m::LEASE_RENEW_FAILURES).increment(1);
-                            self.ownership.lose(token, LossCause::RenewRejected);
+                            // The negative control keeps a tenure the database no longer grants.
+                            if !crate::negative_control::enabled() {
+                                self.ownership.lose(token, LossCause::RenewRejected);
+                            }
                         }
                     }
                     wait = timing.renew_interval;
