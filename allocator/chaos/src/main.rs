@@ -178,7 +178,9 @@ async fn main() -> Result<()> {
     history.flush()?;
 
     // Anything a healed fault released (statements held in a black-holed link) lands now.
-    cluster.wait_ready(Duration::from_secs(60)).await?;
+    cluster
+        .wait_ready_with(Duration::from_secs(60), args.negative_control)
+        .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss = cluster.rss_report();
     let client = cluster.db().await?;
