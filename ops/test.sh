@@ -7,6 +7,11 @@
 #                               ops/deploy/validate.sh on the deployment files (also CI=true)
 #   ops/test.sh [--lint] [cargo test args...]   replace --workspace --all-targets, e.g.
 #                                               ops/test.sh -p allocator --test integration fencing
+#   ops/test.sh --chaos         after the tests: a 60 s seeded chaos run that must pass
+#                               (ops/chaos.sh --seed 1 --duration 60) and a 40 s negative control
+#                               that must be caught (ops/chaos.sh --negative-control: the step
+#                               passes when the checker finds the stale-epoch writes); .ci/run
+#                               enables it. CHAOS_SEED and CHAOS_NC_SEED change the seeds.
 #
 # The test run includes a few seconds of the load tool (loadtest/tests/smoke.rs: closed loop with
 # orders and expiring holds, then open loop at 40/s, against a real allocator and router on the
@@ -26,12 +31,14 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 lint=0
+chaos=0
 [[ "${CI:-}" == true || "${CI:-}" == 1 ]] && lint=1
 cargo_args=()
 for arg in "$@"; do
     case "$arg" in
         --lint) lint=1 ;;
         --no-lint) lint=0 ;;
+        --chaos) chaos=1 ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         *) cargo_args+=("$arg") ;;
     esac
@@ -145,6 +152,14 @@ case "$RUNNER" in
         ;;
     *) die "TEST_RUNNER must be cargo or nextest, got '$RUNNER'" ;;
 esac
+
+if ((chaos)); then
+    run chaos ops/chaos.sh --seed "${CHAOS_SEED:-1}" --duration 60
+    # Exit 1 with the checker's stale-epoch findings is the expected failure; 3 means the broken
+    # build went unnoticed, 2 that the run itself failed.
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    run chaos-negative-control bash -c 'rc=0; ops/chaos.sh --negative-control --seed "$1" --duration 40 || rc=$?; ((rc == 1))' _ "${CHAOS_NC_SEED:-2}"
+fi
 
 echo >&2
 if ((${#failed[@]})); then

@@ -71,6 +71,7 @@ impl Application {
         )?;
         let partition_count = {
             let client = pool.get().await?;
+            crate::negative_control::install(&client).await?;
             schema::partition_count(&client).await?
         };
 

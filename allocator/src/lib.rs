@@ -35,6 +35,7 @@ pub mod hints;
 pub mod job;
 pub mod lease;
 pub mod metrics;
+pub mod negative_control;
 pub mod replica;
 pub mod request_id;
 pub mod settlement;

@@ -16,6 +16,12 @@ const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quan
                             o_epoch, o_partition, o_available, o_on_hand, o_detail
                        FROM apply_fenced_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
+/// The same statement against the unfenced copy (negative control only, see
+/// [`crate::negative_control`]).
+const APPLY_UNFENCED: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity,
+                            o_expires, o_epoch, o_partition, o_available, o_on_hand, o_detail
+                       FROM apply_fenced_batch_unfenced($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
 /// How often a batch is re-run when a new id it wanted to insert was inserted concurrently by
 /// another partition's owner (the id then replays, so a second attempt settles it).
 const CONCURRENT_ID_ATTEMPTS: usize = 3;
@@ -52,7 +58,12 @@ pub async fn apply_group(
     let replica_id = first.fence.replica_id.as_str();
     debug_assert!(group.iter().all(|b| b.fence.replica_id == replica_id));
     let arrays = Arrays::encode(group);
-    let statement = client.prepare_cached(APPLY).await?;
+    let sql = if crate::negative_control::enabled() {
+        APPLY_UNFENCED
+    } else {
+        APPLY
+    };
+    let statement = client.prepare_cached(sql).await?;
     let mut attempt = 1;
     let rows = loop {
         let result = client

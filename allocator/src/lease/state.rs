@@ -164,6 +164,15 @@ impl LeaseState {
     }
 
     pub fn authority(&self, now: Instant) -> Authority {
+        if crate::negative_control::enabled() {
+            // Negative control only: a tenure past its deadline or unconfirmed still writes.
+            if let LeaseState::Active { epoch, .. } | LeaseState::Uncertain { epoch, .. } = *self {
+                return Authority::Granted {
+                    epoch,
+                    safe_until: now + Duration::from_secs(3600),
+                };
+            }
+        }
         match *self {
             LeaseState::Active { epoch, safe_until } if now < safe_until => {
                 Authority::Granted { epoch, safe_until }

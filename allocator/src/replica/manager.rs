@@ -131,7 +131,9 @@ impl LeaseManager {
         let margin = self.ownership.timing().margin;
         let clock = self.ownership.clock();
         crate::clock::watch(&*clock, WATCHDOG_PERIOD, margin, &stop, |_, stall| {
-            if let Some(stall) = stall {
+            // The negative control keeps its leases through stalls and past their deadlines.
+            let unsafe_mode = crate::negative_control::enabled();
+            if let Some(stall) = stall.filter(|_| !unsafe_mode) {
                 metrics::counter!(m::PROCESS_STALLS).increment(1);
                 tracing::warn!(
                     stall_ms = stall.as_millis() as u64,
@@ -139,7 +141,11 @@ impl LeaseManager {
                 );
                 self.ownership.lose_all(LossCause::Stall);
             }
-            let remaining = self.ownership.expire_deadlines();
+            let remaining = if unsafe_mode {
+                None
+            } else {
+                self.ownership.expire_deadlines()
+            };
             let held = self.ownership.held().len();
             metrics::gauge!(m::LEASES_HELD).set(held as f64);
             metrics::gauge!(m::LEASE_REMAINING_SECONDS)
@@ -176,7 +182,10 @@ impl LeaseManager {
                             self.ownership.renewed(token, t0);
                         } else {
                             metrics::counter!(m::LEASE_RENEW_FAILURES).increment(1);
-                            self.ownership.lose(token, LossCause::RenewRejected);
+                            // The negative control keeps a tenure the database no longer grants.
+                            if !crate::negative_control::enabled() {
+                                self.ownership.lose(token, LossCause::RenewRejected);
+                            }
                         }
                     }
                     wait = timing.renew_interval;

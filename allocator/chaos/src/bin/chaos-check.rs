@@ -1,0 +1,105 @@
+//! `chaos-check DIR`: checks a chaos run's recorded history against its final database dump.
+//!
+//! Reads `DIR/history.jsonl` and `DIR/dump.json` (and, for the table only, `DIR/faults.jsonl`
+//! and `DIR/summary.json`), prints the operations, faults, memory and violations table, writes
+//! `DIR/check.json` (violations per rule) and exits 1 when any rule found a violation, 2 when
+//! the input could not be read.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use chaos::check::{check, Dump, Op};
+use serde_json::Value;
+
+fn read_jsonl(path: &Path) -> Result<Vec<Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+fn run(dir: &Path) -> Result<bool, String> {
+    let history: Vec<Op> = read_jsonl(&dir.join("history.jsonl"))?
+        .iter()
+        .map(Op::from_json)
+        .collect::<Result<_, _>>()?;
+    let dump_path = dir.join("dump.json");
+    let dump_text =
+        std::fs::read_to_string(&dump_path).map_err(|e| format!("{}: {e}", dump_path.display()))?;
+    let dump_json: Value =
+        serde_json::from_str(&dump_text).map_err(|e| format!("{}: {e}", dump_path.display()))?;
+    let dump = Dump::from_json(&dump_json)?;
+    let report = check(&history, &dump);
+
+    println!("{}", report.table());
+    if let Ok(faults) = read_jsonl(&dir.join("faults.jsonl")) {
+        let mut per_kind: BTreeMap<String, u64> = BTreeMap::new();
+        for f in &faults {
+            *per_kind
+                .entry(f["kind"].as_str().unwrap_or("?").to_owned())
+                .or_default() += 1;
+        }
+        println!("{:<16} {:>8}", "fault", "injected");
+        for (kind, n) in &per_kind {
+            println!("{kind:<16} {n:>8}");
+        }
+        println!("{:<16} {:>8}\n", "total", faults.len());
+    }
+    if let Ok(text) = std::fs::read_to_string(dir.join("summary.json")) {
+        if let Ok(summary) = serde_json::from_str::<Value>(&text) {
+            if let Some(procs) = summary["rss_kib"].as_array() {
+                println!(
+                    "{:<12} {:>14} {:>12} {:>9}",
+                    "process", "rss start KiB", "rss end KiB", "restarts"
+                );
+                for p in procs {
+                    let show = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| n.to_string());
+                    println!(
+                        "{:<12} {:>14} {:>12} {:>9}",
+                        p["name"].as_str().unwrap_or("?"),
+                        show(&p["start"]),
+                        show(&p["end"]),
+                        show(&p["restarts"])
+                    );
+                }
+                println!();
+            }
+        }
+    }
+    let out = dir.join("check.json");
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&report.to_json()).unwrap_or_default(),
+    )
+    .map_err(|e| format!("{}: {e}", out.display()))?;
+    let total = report.total();
+    if total == 0 {
+        println!("checker: 0 violations ({} operations)", history.len());
+    } else {
+        println!("checker: {total} violations ({} operations)", history.len());
+    }
+    Ok(total == 0)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() != 1 || args[0] == "-h" || args[0] == "--help" {
+        eprintln!(
+            "usage: chaos-check DIR   (DIR holds history.jsonl and dump.json of a chaos run)"
+        );
+        return ExitCode::from(2);
+    }
+    match run(&PathBuf::from(&args[0])) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("chaos-check: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

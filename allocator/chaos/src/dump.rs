@@ -1,0 +1,77 @@
+//! The final dump: the tables the checker needs, as one JSON document.
+//!
+//! Timestamps the checker compares (`ledger.written_at`, `lease_history.acquired_at`) are
+//! exported as integer microseconds since the Unix epoch, so the checker needs no date parsing
+//! and loses no precision.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+/// (key in the dump, query producing its rows).
+const TABLES: [(&str, &str); 7] = [
+    (
+        "inventory",
+        "SELECT sku, partition, on_hand, available, held, confirmed, highest_epoch
+           FROM inventory ORDER BY sku",
+    ),
+    (
+        "reservations",
+        "SELECT reservation_id, sku, partition, quantity, status, epoch, ttl_seconds
+           FROM reservations ORDER BY reservation_id",
+    ),
+    (
+        "ledger",
+        "SELECT entry_id, sku, partition, kind, reservation_id, adjustment_id, d_on_hand,
+                d_available, d_held, d_confirmed, epoch,
+                (extract(epoch FROM written_at) * 1000000)::bigint AS written_us
+           FROM ledger ORDER BY entry_id",
+    ),
+    (
+        "adjustments",
+        "SELECT adjustment_id, sku, partition, delta, status, epoch FROM adjustments
+          ORDER BY adjustment_id",
+    ),
+    (
+        "orders",
+        "SELECT order_id, status, response_status, attempts FROM orders ORDER BY order_id",
+    ),
+    (
+        "leases",
+        "SELECT name, partition, holder_id, epoch, revision FROM leases ORDER BY name",
+    ),
+    (
+        "lease_history",
+        "SELECT name, partition, epoch, holder_id,
+                (extract(epoch FROM acquired_at) * 1000000)::bigint AS acquired_us
+           FROM lease_history ORDER BY history_id",
+    ),
+];
+
+/// Writes the dump to `path`.
+///
+/// The replicas keep running (expiry sweeps still commit), so every table is read from one
+/// snapshot: otherwise a sweep committing between two reads shows up as an expiry in the ledger
+/// of a reservation the earlier read saw held.
+pub async fn write(client: &tokio_postgres::Client, path: &Path) -> Result<()> {
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .context("starting the dump's snapshot")?;
+    let mut doc = String::from("{");
+    for (i, (key, query)) in TABLES.iter().enumerate() {
+        let sql = format!("SELECT coalesce(json_agg(t), '[]'::json)::text FROM ({query}) t");
+        let rows: String = client
+            .query_one(&sql, &[])
+            .await
+            .with_context(|| format!("dumping {key}"))?
+            .get(0);
+        if i > 0 {
+            doc.push(',');
+        }
+        doc.push_str(&format!("\n\"{key}\": {rows}"));
+    }
+    client.batch_execute("COMMIT").await?;
+    doc.push_str("\n}\n");
+    std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,277 @@
+//! The seeded fault schedule: one fault at a time, each held for a random while and then healed,
+//! with a short calm between faults. Every fault is logged (kind, target, start, end) once it
+//! has been healed.
+//!
+//! Pauses and partitions are drawn longer than the lease TTL, so the victim's leases are taken
+//! over while it cannot act, which is exactly when a stale owner would write if fencing were
+//! broken. The negative control draws every other fault from those two kinds, so its schedule is
+//! sure to contain a stale owner with queued writes.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use testkit::ProxyMode;
+
+use crate::cluster::{Cluster, LEASE_TTL_MS};
+use crate::history::{Clock, JsonLines};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// SIGKILL an allocator, restart it under the same id.
+    Kill,
+    /// SIGSTOP an allocator past its lease TTL, then SIGCONT.
+    Pause,
+    /// Black-hole one allocator's database link, then heal it.
+    Partition,
+    /// Delay every allocator's database traffic.
+    Latency,
+    /// Restart PostgreSQL (fast shutdown, same data directory and port).
+    PgRestart,
+    /// Stop Redis and start it again (empty).
+    RedisRestart,
+    /// Restart an allocator with its wall clock 30 s ahead or behind, then restart it normally.
+    ClockSkew,
+    /// SIGKILL a router, restart it on the same port.
+    RouterKill,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 8] = [
+        Fault::Kill,
+        Fault::Pause,
+        Fault::Partition,
+        Fault::Latency,
+        Fault::PgRestart,
+        Fault::RedisRestart,
+        Fault::ClockSkew,
+        Fault::RouterKill,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Pause => "pause",
+            Fault::Partition => "partition",
+            Fault::Latency => "latency",
+            Fault::PgRestart => "pg-restart",
+            Fault::RedisRestart => "redis-restart",
+            Fault::ClockSkew => "clock-skew",
+            Fault::RouterKill => "router-kill",
+        }
+    }
+}
+
+impl FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Fault::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
+                format!("unknown fault {s:?}; known: {}", names.join(","))
+            })
+    }
+}
+
+/// Runs faults drawn from `kinds` until `stop_at`; returns how many of each were injected.
+pub async fn run_schedule(
+    cluster: &mut Cluster,
+    clock: Clock,
+    log: &JsonLines,
+    kinds: &[Fault],
+    seed: u64,
+    stop_at: Instant,
+    negative_control: bool,
+) -> Result<BTreeMap<&'static str, u64>> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x0f0f_f0f0_5a5a_a5a5);
+    let mut injected: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let stale_owner_kinds: Vec<Fault> = kinds
+        .iter()
+        .copied()
+        .filter(|f| matches!(f, Fault::Pause | Fault::Partition))
+        .collect();
+    // A short calm first, so the run starts with a working cluster under load.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut n = 0usize;
+    // A fault started after this would mostly run without load.
+    while Instant::now() + Duration::from_secs(2) < stop_at {
+        let fault = if negative_control && n.is_multiple_of(2) && !stale_owner_kinds.is_empty() {
+            stale_owner_kinds[rng.random_range(0..stale_owner_kinds.len())]
+        } else {
+            kinds[rng.random_range(0..kinds.len())]
+        };
+        n += 1;
+        let start_ms = clock.ms();
+        let start_wall_ms = clock.wall_ms();
+        tracing::info!(fault = fault.name(), "fault starts");
+        let (target, detail) = inject(cluster, fault, &mut rng)
+            .await
+            .with_context(|| format!("fault {}", fault.name()))?;
+        log.write(&json!({
+            "kind": fault.name(),
+            "target": target,
+            "detail": detail,
+            "start_ms": start_ms,
+            "start_wall_ms": start_wall_ms,
+            "end_ms": clock.ms(),
+            "end_wall_ms": clock.wall_ms(),
+        }));
+        log.flush()?;
+        tracing::info!(fault = fault.name(), %target, %detail, "fault healed");
+        *injected.entry(fault.name()).or_default() += 1;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1000..=3000))).await;
+    }
+    Ok(injected)
+}
+
+fn ms(rng: &mut StdRng, range: std::ops::RangeInclusive<u64>) -> Duration {
+    Duration::from_millis(rng.random_range(range))
+}
+
+/// Injects `fault`, holds it, heals it; returns the target and a description.
+async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result<(String, String)> {
+    let replicas = cluster.allocators.len();
+    Ok(match fault {
+        Fault::Kill => {
+            let i = rng.random_range(0..replicas);
+            let down = ms(rng, 500..=2000);
+            kill_allocator(cluster, i).await?;
+            tokio::time::sleep(down).await;
+            cluster.spawn_allocator(i, None)?;
+            (
+                cluster.allocators[i].id.clone(),
+                format!("sigkill, restarted after {} ms", down.as_millis()),
+            )
+        }
+        Fault::Pause => {
+            let i = rng.random_range(0..replicas);
+            let hold = ms(rng, LEASE_TTL_MS + 800..=LEASE_TTL_MS + 2500);
+            let a = &mut cluster.allocators[i];
+            let p = a.process.as_mut().context("allocator not running")?;
+            p.sigstop()?;
+            tokio::time::sleep(hold).await;
+            p.sigcont()?;
+            (
+                a.id.clone(),
+                format!("sigstop for {} ms, then sigcont", hold.as_millis()),
+            )
+        }
+        Fault::Partition => {
+            let i = rng.random_range(0..replicas);
+            let hold = ms(rng, LEASE_TTL_MS + 1000..=LEASE_TTL_MS + 3000);
+            let a = &cluster.allocators[i];
+            a.proxy.set_mode(ProxyMode::Blackhole);
+            tokio::time::sleep(hold).await;
+            a.proxy.set_mode(ProxyMode::Pass);
+            (
+                a.id.clone(),
+                format!("database link black-holed for {} ms", hold.as_millis()),
+            )
+        }
+        Fault::Latency => {
+            let delay = ms(rng, 20..=150);
+            let hold = ms(rng, 3000..=6000);
+            for a in &cluster.allocators {
+                a.proxy.set_mode(ProxyMode::Delay(delay));
+            }
+            tokio::time::sleep(hold).await;
+            for a in &cluster.allocators {
+                a.proxy.set_mode(ProxyMode::Pass);
+            }
+            (
+                "all allocators".into(),
+                format!(
+                    "{} ms per chunk on the database link for {} ms",
+                    delay.as_millis(),
+                    hold.as_millis()
+                ),
+            )
+        }
+        Fault::PgRestart => {
+            let t0 = Instant::now();
+            cluster.pg.restart().await?;
+            cluster.pg_restarts += 1;
+            (
+                "postgres".into(),
+                format!(
+                    "fast shutdown and start, down {} ms",
+                    t0.elapsed().as_millis()
+                ),
+            )
+        }
+        Fault::RedisRestart => {
+            let down = ms(rng, 1000..=3000);
+            cluster.redis.stop()?;
+            tokio::time::sleep(down).await;
+            cluster.redis.start_again().await?;
+            cluster.redis_restarts += 1;
+            (
+                "redis".into(),
+                format!("stopped for {} ms, started empty", down.as_millis()),
+            )
+        }
+        Fault::ClockSkew => {
+            let i = rng.random_range(0..replicas);
+            let offset = if rng.random_bool(0.5) { "+30s" } else { "-30s" };
+            let hold = ms(rng, 5000..=8000);
+            stop_allocator(cluster, i).await?;
+            cluster.spawn_allocator(i, Some(offset.to_owned()))?;
+            tokio::time::sleep(hold).await;
+            stop_allocator(cluster, i).await?;
+            cluster.spawn_allocator(i, None)?;
+            (
+                cluster.allocators[i].id.clone(),
+                format!(
+                    "restarted with wall clock {offset} for {} ms, then restarted normally",
+                    hold.as_millis()
+                ),
+            )
+        }
+        Fault::RouterKill => {
+            let i = rng.random_range(0..cluster.routers.len());
+            let down = ms(rng, 500..=1500);
+            let r = &mut cluster.routers[i];
+            let p = r.process.as_mut().context("router not running")?;
+            p.sigkill()?;
+            p.wait_exit(Duration::from_secs(10)).await?;
+            tokio::time::sleep(down).await;
+            cluster.spawn_router(i)?;
+            (
+                cluster.routers[i].id.clone(),
+                format!("sigkill, restarted after {} ms", down.as_millis()),
+            )
+        }
+    })
+}
+
+async fn kill_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
+    let p = cluster.allocators[i]
+        .process
+        .as_mut()
+        .context("allocator not running")?;
+    p.sigkill()?;
+    p.wait_exit(Duration::from_secs(10)).await?;
+    Ok(())
+}
+
+/// Graceful stop (SIGTERM, releases its leases); SIGKILL if it does not exit in time.
+async fn stop_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
+    let a = &mut cluster.allocators[i];
+    let p = a.process.as_mut().context("allocator not running")?;
+    if p.try_exit_status()?.is_some() {
+        bail!("{} exited on its own:\n{}", a.id, p.log_tail(20));
+    }
+    p.sigterm()?;
+    if p.wait_exit(Duration::from_secs(10)).await.is_err() {
+        p.sigkill()?;
+        p.wait_exit(Duration::from_secs(10)).await?;
+    }
+    Ok(())
+}

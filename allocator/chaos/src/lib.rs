@@ -1,0 +1,20 @@
+//! A Jepsen-style fault run for the fenced inventory allocator, and an independent checker.
+//!
+//! The `chaos` binary starts a private PostgreSQL and Redis, three allocator replicas (each
+//! behind its own TCP proxy to PostgreSQL) and two routers as real processes, drives a mixed
+//! workload through both routers while a seeded schedule injects faults, and records:
+//!
+//! * `history.jsonl` — one line per client operation: invoke and completion times (monotonic
+//!   milliseconds since the start and wall-clock milliseconds), client, router, kind, request,
+//!   and the response status and body, or the error with outcome `unknown`;
+//! * `faults.jsonl` — one line per injected fault: kind, target, start and end;
+//! * `dump.json` — the database at the end: inventory, reservations, ledger (with each row's
+//!   write time), adjustments, orders, leases and the lease history;
+//! * `summary.json` — seed, duration, faults per kind and each process's resident memory at the
+//!   start and the end.
+//!
+//! The `chaos-check` binary ([`check`]) reads those files and nothing else. It shares no code
+//! with the allocator, the router or the schema crate — only `std` and `serde_json` — so a bug
+//! in their logic cannot hide itself by being repeated in the checker.
+
+pub mod check;

@@ -1,0 +1,208 @@
+//! `chaos`: a randomized, seeded fault run against real allocator and router processes, with
+//! every client operation and every fault recorded for `chaos-check` (see the library docs).
+//!
+//! The run: start the cluster, stock every SKU, record each process's resident memory, start
+//! the clients and the restocker, inject faults until the duration is over, stop the clients,
+//! heal whatever a fault left behind, wait until every partition has an owner again, record
+//! memory again and dump the database. The harness only records; judging is the checker's job,
+//! so the harness exits 0 whenever it could run and record the whole schedule.
+
+mod cluster;
+mod dump;
+mod faults;
+mod history;
+mod workload;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use serde_json::json;
+
+use crate::cluster::{Cluster, ClusterSpec};
+use crate::faults::Fault;
+use crate::history::{Clock, JsonLines};
+use crate::workload::Workload;
+
+#[derive(Debug, Parser)]
+#[command(name = "chaos", about = "Seeded fault run over a recorded history")]
+struct Args {
+    /// Seed of the workload and of the fault schedule.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Seconds of load under faults.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Comma-separated fault kinds to draw from (default: all).
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
+    /// Arm the negative control in every replica (the allocator binary must be built with the
+    /// `negative-control` feature).
+    #[arg(long)]
+    negative_control: bool,
+    /// Output directory (default: a new directory under the system temp dir).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The allocator binary (default: next to this one).
+    #[arg(long)]
+    allocator_bin: Option<PathBuf>,
+    /// The router binary (default: next to this one).
+    #[arg(long)]
+    router_bin: Option<PathBuf>,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 6)]
+    clients: usize,
+}
+
+fn sibling(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("locating the chaos binary");
+    exe.parent().expect("binary directory").join(name)
+}
+
+fn libfaketime() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ALLOCATOR_LIBFAKETIME") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let mut kinds: Vec<Fault> = if args.faults.is_empty() {
+        Fault::ALL.to_vec()
+    } else {
+        args.faults
+            .iter()
+            .map(|s| s.parse::<Fault>())
+            .collect::<Result<_, _>>()
+            .map_err(anyhow::Error::msg)?
+    };
+    let libfaketime = libfaketime();
+    if libfaketime.is_none() && kinds.contains(&Fault::ClockSkew) {
+        tracing::warn!(
+            "libfaketime not found (set ALLOCATOR_LIBFAKETIME); clock-skew faults are skipped"
+        );
+        kinds.retain(|k| *k != Fault::ClockSkew);
+    }
+    anyhow::ensure!(!kinds.is_empty(), "no fault kinds to draw from");
+
+    let out = match args.out {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!(
+            "chaos-seed{}-{}",
+            args.seed,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs()
+        )),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    println!("output directory: {}", out.display());
+
+    let spec = ClusterSpec {
+        allocator_bin: args.allocator_bin.unwrap_or_else(|| sibling("allocator")),
+        router_bin: args.router_bin.unwrap_or_else(|| sibling("router")),
+        negative_control: args.negative_control,
+        libfaketime,
+        log_dir: out.join("logs"),
+    };
+    for bin in [&spec.allocator_bin, &spec.router_bin] {
+        anyhow::ensure!(
+            bin.is_file(),
+            "{} is missing: build it first",
+            bin.display()
+        );
+    }
+    tracing::info!(seed = args.seed, duration_s = args.duration, negative_control = args.negative_control, dir = %out.display(), "starting cluster");
+    let mut cluster = Cluster::start(spec, 3, 2).await?;
+
+    let clock = Clock::start();
+    let history = Arc::new(JsonLines::create(&out.join("history.jsonl"))?);
+    let fault_log = JsonLines::create(&out.join("faults.jsonl"))?;
+    let routers = cluster.routers.iter().map(|r| r.url()).collect();
+    let workload = Arc::new(Workload::new(clock, history.clone(), routers)?);
+    workload.seed().await?;
+    cluster.record_rss_start();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for n in 0..args.clients {
+        let seed = args.seed.wrapping_mul(1000).wrapping_add(n as u64);
+        tasks.push(tokio::spawn(workload.clone().client(n, seed, stop.clone())));
+    }
+    tasks.push(tokio::spawn(
+        workload
+            .clone()
+            .restocker(args.seed.wrapping_add(7), stop.clone()),
+    ));
+    let load_start = Instant::now();
+    let stop_at = load_start + Duration::from_secs(args.duration);
+    let schedule = faults::run_schedule(
+        &mut cluster,
+        clock,
+        &fault_log,
+        &kinds,
+        args.seed,
+        stop_at,
+        args.negative_control,
+    )
+    .await;
+    // Load runs for the whole duration, and until the last fault has been healed.
+    tokio::time::sleep_until(stop_at.into()).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = task.await;
+    }
+    let load_seconds = load_start.elapsed().as_secs_f64();
+    cluster.heal()?;
+    let injected = schedule?;
+    history.flush()?;
+
+    // Anything a healed fault released (statements held in a black-holed link) lands now.
+    cluster
+        .wait_ready_with(Duration::from_secs(60), args.negative_control)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss = cluster.rss_report();
+    let client = cluster.db().await?;
+    dump::write(&client, &out.join("dump.json")).await?;
+    let summary = json!({
+        "seed": args.seed,
+        "duration_s": args.duration,
+        "load_seconds": load_seconds,
+        "negative_control": args.negative_control,
+        "fault_kinds": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "faults_injected": injected,
+        "rss_kib": rss,
+    });
+    std::fs::write(
+        out.join("summary.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
+    println!(
+        "recorded {load_seconds:.0} s of load and {} faults; logs in {}",
+        injected.values().sum::<u64>(),
+        cluster.log_dir().display()
+    );
+    println!("output directory: {}", out.display());
+    Ok(())
+}
