@@ -11,3 +11,4 @@ mod order_races;
 mod orders;
 mod request_id;
 mod routing;
+mod ui;
