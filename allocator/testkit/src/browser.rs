@@ -298,7 +298,7 @@ fn base64_decode(text: &str) -> Result<Vec<u8>> {
 mod tests {
     #[test]
     fn external_references_are_found() {
-        let clean = r#"<a href="/docs">d</a><a href="#x">x</a><script>fetch("/v1/x")</script>"#;
+        let clean = r##"<a href="/docs">d</a><a href="#x">x</a><script>fetch("/v1/x")</script>"##;
         assert!(super::external_references(clean).is_empty());
         for dirty in [
             r#"<script src="https://cdn.example/x.js"></script>"#,

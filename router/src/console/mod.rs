@@ -24,7 +24,7 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
-use actix_web::dev::{Service as _, ServiceRequest, ServiceResponse};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 use futures::FutureExt;

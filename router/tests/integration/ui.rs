@@ -125,7 +125,13 @@ async fn the_operations_page_shows_a_failover() {
             && p.grid.values().all(|(owner, _)| !owner.is_empty())
     })
     .await;
+    // Compare with the database as of a refresh that started after this read.
     let map = cluster.map().await;
+    let seen = before.updates;
+    let before = wait_for(&browser, Duration::from_secs(10), "a refresh", |p| {
+        p.updates >= seen + 2
+    })
+    .await;
     for entry in &map.partitions {
         let shown = &before.grid[&entry.partition];
         assert_eq!(
@@ -195,6 +201,52 @@ async fn the_operations_page_shows_a_failover() {
         path.display(),
         started.elapsed()
     );
+
+    // The API page renders the router's document: one operation per route of the table.
+    browser
+        .goto(&format!("{}/docs", router.url))
+        .await
+        .expect("load /docs");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rendered = loop {
+        let state = browser
+            .execute(
+                r#"return {
+                    loaded: document.body.dataset.loaded,
+                    ops: Array.from(document.querySelectorAll("details.op"))
+                        .map((d) => d.dataset.method.toUpperCase() + " " + d.dataset.path),
+                    schemas: document.querySelectorAll("[data-schema]").length,
+                };"#,
+                vec![],
+            )
+            .await
+            .expect("read /docs");
+        if state["loaded"] != "false" || Instant::now() > deadline {
+            break state;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(rendered["loaded"], "true", "/docs rendered: {rendered:#}");
+    let mut shown: Vec<String> = rendered["ops"]
+        .as_array()
+        .expect("ops")
+        .iter()
+        .map(|o| o.as_str().unwrap().to_owned())
+        .collect();
+    let mut table: Vec<String> = schema::routes::ALL
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    shown.sort();
+    table.sort();
+    assert_eq!(shown, table, "/docs shows every route the router serves");
+    assert!(rendered["schemas"].as_u64() > Some(10), "{rendered:#}");
+    std::fs::write(
+        shots.join("docs.png"),
+        browser.screenshot_png().await.expect("screenshot"),
+    )
+    .expect("write screenshot");
+
     browser.quit().await;
     router.stop().await;
 }
