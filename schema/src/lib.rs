@@ -19,9 +19,9 @@
 #[cfg(feature = "postgres")]
 pub mod assignment;
 pub mod hint;
-pub mod openapi;
 #[cfg(feature = "postgres")]
 pub mod migrate;
+pub mod openapi;
 pub mod partition;
 pub mod path;
 pub mod routes;

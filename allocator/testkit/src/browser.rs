@@ -66,8 +66,8 @@ impl Browser {
 
     /// Start chromedriver and a headless Chromium session with a `width` x `height` window.
     pub async fn start(width: u32, height: u32) -> Result<Browser> {
-        let (chromium, driver_bin) =
-            Self::binaries()?.ok_or_else(|| anyhow!("chromium or chromedriver is not installed"))?;
+        let (chromium, driver_bin) = Self::binaries()?
+            .ok_or_else(|| anyhow!("chromium or chromedriver is not installed"))?;
         let profile = tempfile::Builder::new()
             .prefix("chromium-profile-")
             .tempdir()
@@ -162,7 +162,10 @@ impl Browser {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.with_context(|| format!("WebDriver {path}"))?;
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("WebDriver {path}"))?;
         let status = response.status();
         let body: Value = response.json().await.context("WebDriver answer")?;
         if !status.is_success() {
@@ -199,7 +202,11 @@ impl Browser {
     /// The viewport as PNG bytes.
     pub async fn screenshot_png(&self) -> Result<Vec<u8>> {
         let encoded = self
-            .call(reqwest::Method::GET, &self.session_path("/screenshot"), None)
+            .call(
+                reqwest::Method::GET,
+                &self.session_path("/screenshot"),
+                None,
+            )
             .await?;
         let encoded = encoded
             .as_str()
@@ -240,8 +247,15 @@ pub fn external_references(page: &str) -> Vec<String> {
     let lower = page.to_ascii_lowercase();
     let mut found = Vec::new();
     let context = |at: usize| {
-        let start = page[..at].char_indices().rev().nth(30).map_or(0, |(i, _)| i);
-        let end = page[at..].char_indices().nth(60).map_or(page.len(), |(i, _)| at + i);
+        let start = page[..at]
+            .char_indices()
+            .rev()
+            .nth(30)
+            .map_or(0, |(i, _)| i);
+        let end = page[at..]
+            .char_indices()
+            .nth(60)
+            .map_or(page.len(), |(i, _)| at + i);
         page[start..end].replace('\n', " ")
     };
     for scheme in ["http://", "https://", "ftp://", "ws://", "wss://"] {
@@ -256,7 +270,10 @@ pub fn external_references(page: &str) -> Vec<String> {
                 || value.starts_with('#')
                 || value.starts_with("data:");
             if !same_origin {
-                found.push(format!("{attribute} not a same-origin path: …{}…", context(at)));
+                found.push(format!(
+                    "{attribute} not a same-origin path: …{}…",
+                    context(at)
+                ));
             }
         }
     }

@@ -93,7 +93,9 @@ pub async fn overview(
         .json(body))
 }
 
-async fn read_replicas<C: GenericClient>(client: &C) -> Result<Vec<Replica>, tokio_postgres::Error> {
+async fn read_replicas<C: GenericClient>(
+    client: &C,
+) -> Result<Vec<Replica>, tokio_postgres::Error> {
     let rows = client
         .query(
             "SELECT replica_id, advertise_url, started_at, heartbeat_at,

@@ -160,7 +160,11 @@ fn bucket_of(latency: Duration) -> usize {
     }
     let k = ((us / FIRST_BOUND_US).ln() / GROWTH.ln()).ceil() as usize;
     // Float rounding can land one bucket low; the bound must hold the value.
-    let k = if bound_us(k.min(BUCKETS)) < us { k + 1 } else { k };
+    let k = if bound_us(k.min(BUCKETS)) < us {
+        k + 1
+    } else {
+        k
+    };
     k.min(BUCKETS)
 }
 

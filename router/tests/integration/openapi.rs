@@ -105,7 +105,10 @@ async fn the_router_serves_its_own_document_pages_and_overview() {
         .iter()
         .map(|r| (r.method.to_owned(), r.path.to_owned()))
         .collect();
-    assert_eq!(documented, table, "the router serves every route of the table");
+    assert_eq!(
+        documented, table,
+        "the router serves every route of the table"
+    );
 
     for (route, marker) in [
         (routes::DOCS, r#"fetch("/openapi.json""#),
@@ -150,7 +153,10 @@ async fn the_router_serves_its_own_document_pages_and_overview() {
         .and_then(Value::as_object)
         .expect("properties");
     for member in overview.as_object().expect("object").keys() {
-        assert!(declared.contains_key(member), "undocumented member {member}");
+        assert!(
+            declared.contains_key(member),
+            "undocumented member {member}"
+        );
     }
     assert_eq!(overview["partition_count"], 4);
     assert_eq!(overview["replicas"].as_array().map(Vec::len), Some(2));

@@ -119,11 +119,16 @@ async fn the_operations_page_shows_a_failover() {
         .expect("load /ui");
 
     // Every partition shown with an owner, as the database has it.
-    let before = wait_for(&browser, Duration::from_secs(20), "every partition owned", |p| {
-        p.updates >= 1
-            && p.grid.len() == PARTITIONS as usize
-            && p.grid.values().all(|(owner, _)| !owner.is_empty())
-    })
+    let before = wait_for(
+        &browser,
+        Duration::from_secs(20),
+        "every partition owned",
+        |p| {
+            p.updates >= 1
+                && p.grid.len() == PARTITIONS as usize
+                && p.grid.values().all(|(owner, _)| !owner.is_empty())
+        },
+    )
     .await;
     // Compare with the database as of a refresh that started after this read.
     let map = cluster.map().await;
@@ -190,7 +195,10 @@ async fn the_operations_page_shows_a_failover() {
     );
     // Partitions that were not the victim's are still shown with a live owner.
     for (p, (owner, _)) in &after.grid {
-        assert!(!owner.is_empty() && *owner != victim, "partition {p}: {owner:?}");
+        assert!(
+            !owner.is_empty() && *owner != victim,
+            "partition {p}: {owner:?}"
+        );
     }
     let png = browser.screenshot_png().await.expect("screenshot");
     let path = shots.join("ui-after-failover.png");

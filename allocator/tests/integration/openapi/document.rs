@@ -488,6 +488,12 @@ fn each_service_document_lists_exactly_its_routes() {
     assert!(allocator.doc.pointer(&format!("{reserve}/504")).is_none());
     assert!(router.doc.pointer(&format!("{reserve}/504")).is_some());
     assert!(router.doc.pointer(&format!("{reserve}/421")).is_none());
-    assert!(allocator.doc.pointer("/components/schemas/OrderRequest").is_none());
-    assert!(router.doc.pointer("/components/schemas/ClusterOverview").is_some());
+    assert!(allocator
+        .doc
+        .pointer("/components/schemas/OrderRequest")
+        .is_none());
+    assert!(router
+        .doc
+        .pointer("/components/schemas/ClusterOverview")
+        .is_some());
 }

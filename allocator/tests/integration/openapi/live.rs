@@ -515,7 +515,10 @@ async fn a_replica_serves_its_own_document_and_page() {
     let csp = headers["content-security-policy"].to_str().unwrap();
     assert!(csp.starts_with("default-src 'self'"), "{csp}");
     let page = response.text().await.expect("page");
-    assert!(page.contains(r#"fetch("/openapi.json""#), "the page reads the document");
+    assert!(
+        page.contains(r#"fetch("/openapi.json""#),
+        "the page reads the document"
+    );
     let external = testkit::browser::external_references(&page);
     assert!(external.is_empty(), "{external:#?}");
     replica.stop().await;
