@@ -34,6 +34,7 @@ pub struct Browser {
     base: String,
     session: String,
     http: reqwest::Client,
+    /// The browser's fresh profile; removed when the browser is dropped.
     profile: tempfile::TempDir,
 }
 
@@ -92,7 +93,7 @@ impl Browser {
             base: format!("http://127.0.0.1:{port}"),
             session: String::new(),
             http,
-            profile: profile,
+            profile,
         };
         browser.wait_ready(Duration::from_secs(20)).await?;
         let args = vec![
