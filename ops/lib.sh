@@ -120,7 +120,8 @@ _OPS_APT_UPDATED=""
 
 # ensure_packages [what...]: installs the Debian packages behind the given capabilities when they
 # are missing. Capabilities: postgresql (server binaries), redis (redis-server + redis-cli), curl,
-# jq, python3. Without arguments: postgresql redis curl jq. Runs `apt-get update` at most once per
+# jq, python3, faketime, chromium (the headless browser and its WebDriver server, for the
+# operations page's browser test). Without arguments: postgresql redis curl jq. Runs `apt-get update` at most once per
 # shell and only when something must be installed. Set OPS_NO_INSTALL=1 to only check.
 ensure_packages() {
     local want=("$@")
@@ -143,6 +144,10 @@ ensure_packages() {
             jq) command -v jq >/dev/null 2>&1 || missing+=(jq) ;;
             python3) command -v python3 >/dev/null 2>&1 || missing+=(python3) ;;
             faketime) libfaketime_path >/dev/null 2>&1 || missing+=(faketime) ;;
+            chromium)
+                [[ -x /usr/bin/chromium ]] || missing+=(chromium)
+                [[ -x /usr/bin/chromedriver ]] || missing+=(chromium-driver)
+                ;;
             *) die "ensure_packages: unknown capability '$cap'" ;;
         esac
     done
@@ -177,6 +182,7 @@ ensure_packages() {
             postgresql) pg_bin_dir >/dev/null 2>&1 || die "postgresql installed but no /usr/lib/postgresql/<v>/bin found" ;;
             redis) redis_server_bin >/dev/null 2>&1 || die "redis-server installed but not found" ;;
             faketime) libfaketime_path >/dev/null 2>&1 || die "faketime installed but libfaketime.so.1 not found" ;;
+            chromium) [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]] || die "chromium installed but /usr/bin/chromium or /usr/bin/chromedriver missing" ;;
             *) command -v "$cap" >/dev/null 2>&1 || die "$cap installed but not on PATH" ;;
         esac
     done

@@ -17,7 +17,8 @@
 # orders and expiring holds, then open loop at 40/s, against a real allocator and router on the
 # tests' private PostgreSQL); it fails when the tool's invariant checks fail.
 # The integration tests start private PostgreSQL and Redis servers, so the PostgreSQL server
-# binaries and redis-server are installed when missing (apt-get, as root). Every step runs even
+# binaries and redis-server are installed when missing (apt-get, as root), and so are Chromium
+# and chromedriver (Debian's chromium, chromium-driver) for the router's operations-page test. Every step runs even
 # when an earlier one failed; the exit status is the first failure's.
 #
 # Knobs: TEST_THREADS (2), TEST_RUNNER (cargo | nextest; default cargo), TEST_BUDGET_SECONDS
@@ -63,8 +64,15 @@ fi
 
 cd "$REPO_ROOT"
 
-step "packages (PostgreSQL server, redis-server, libfaketime)"
+step "packages (PostgreSQL server, redis-server, libfaketime, Chromium + chromedriver)"
 ensure_packages postgresql redis faketime curl jq
+# The operations page's test drives a headless Chromium. In CI it must run, so a failed install
+# fails here; elsewhere the test skips itself (with a message) when the browser is missing.
+if [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then
+    ensure_packages chromium
+else
+    (ensure_packages chromium) || warn "no chromium/chromedriver: the browser test will be skipped"
+fi
 ALLOCATOR_LIBFAKETIME="$(libfaketime_path)" || die "no libfaketime"
 export ALLOCATOR_LIBFAKETIME
 ALLOCATOR_PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"

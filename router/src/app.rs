@@ -134,11 +134,14 @@ impl Application {
             db_timeout: config.db_timeout,
             metrics: metrics_handle,
         });
+        let console = crate::console::Console::new();
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
                 .wrap_fn(crate::request_id::middleware)
+                .wrap_fn(crate::console::record)
                 .configure(routes::configure)
+                .configure(|cfg| console.configure(cfg))
                 .default_service(web::to(routes::not_found))
         })
         .disable_signals()

@@ -18,6 +18,7 @@
 //!   classification rules).
 //! * [`orders`] turns a multi-line order into deterministic per-line reservations, all or none.
 //! * [`routes`] is the HTTP surface, [`app`] wires everything and owns the shutdown signal.
+//! * [`console`] serves people: the API document and its page, and the live operations page.
 //!
 //! The binary (`src/main.rs`) only parses the command line, sets up logging and runs
 //! [`app::Application`].
@@ -25,6 +26,7 @@
 pub mod app;
 pub mod assignment_cache;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod error;
 pub mod feed;

@@ -4,6 +4,8 @@
 //! * [`migrate`]: the SQL schema (versioned migrations) and cluster initialisation.
 //! * [`wire`]: HTTP request and response bodies, headers, limits, problem types and validation.
 //! * [`routes`]: the HTTP route table both services register and the API document describes.
+//! * [`openapi`]: each service's API document, derived from the shared one, and the page that
+//!   renders it.
 //! * [`path`]: percent-encoding of one path segment, for clients that build URLs from ids.
 //! * [`partition`]: the stable SKU → partition hash and lease naming.
 //! * [`assignment`]: the partition → owner map as read from PostgreSQL and the reservation →
@@ -19,6 +21,7 @@ pub mod assignment;
 pub mod hint;
 #[cfg(feature = "postgres")]
 pub mod migrate;
+pub mod openapi;
 pub mod partition;
 pub mod path;
 pub mod routes;

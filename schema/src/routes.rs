@@ -5,6 +5,23 @@
 //! source. A path added here without a handler, or a handler registered by a literal path, shows up
 //! as a failing conformance test rather than as an undocumented endpoint.
 
+/// A service that serves HTTP: the two kinds of process in a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Service {
+    Allocator,
+    Router,
+}
+
+impl Service {
+    /// The name the API document uses for it in `x-served-by`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Allocator => "allocator",
+            Service::Router => "router",
+        }
+    }
+}
+
 /// Which service answers a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Served {
@@ -51,6 +68,14 @@ pub const SETTLEMENT_STATUS: Route = route("GET", "/v1/jobs/settlement", Served:
 pub const HEALTHZ: Route = route("GET", "/healthz", Served::Both);
 pub const READYZ: Route = route("GET", "/readyz", Served::Both);
 pub const METRICS: Route = route("GET", "/metrics", Served::Both);
+/// The API document of the service answering (see [`crate::openapi`]).
+pub const OPENAPI: Route = route("GET", "/openapi.json", Served::Both);
+/// A browsable rendering of [`OPENAPI`], self-contained (no external scripts or styles).
+pub const DOCS: Route = route("GET", "/docs", Served::Both);
+/// The cluster as one router sees it: lease map, replicas, settlement job, its own traffic.
+pub const CLUSTER_OVERVIEW: Route = route("GET", "/v1/cluster/overview", Served::Router);
+/// The live operations page, drawn from [`CLUSTER_OVERVIEW`].
+pub const UI: Route = route("GET", "/ui", Served::Router);
 
 /// Every route, in the order the API document lists them.
 pub const ALL: &[Route] = &[
@@ -66,6 +91,10 @@ pub const ALL: &[Route] = &[
     HEALTHZ,
     READYZ,
     METRICS,
+    OPENAPI,
+    DOCS,
+    CLUSTER_OVERVIEW,
+    UI,
 ];
 
 /// The `Allow` header value for a path template: every method the table lists for it, so a `405`
@@ -84,6 +113,19 @@ impl Route {
     pub fn served_by_allocator(&self) -> bool {
         self.served == Served::Both
     }
+
+    /// Whether `service` serves this route.
+    pub fn served_by(&self, service: Service) -> bool {
+        match service {
+            Service::Allocator => self.served_by_allocator(),
+            Service::Router => true,
+        }
+    }
+}
+
+/// The routes `service` serves, in table order.
+pub fn served_by(service: Service) -> impl Iterator<Item = &'static Route> {
+    ALL.iter().filter(move |r| r.served_by(service))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! authority, so any replica can answer them.
 
 mod cluster;
+mod docs;
 mod inventory;
 pub mod problem;
 mod reservations;
@@ -172,6 +173,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource(routes::HEALTHZ.path).route(web::get().to(cluster::healthz)))
     .service(resource(routes::READYZ.path).route(web::get().to(cluster::readyz)))
     .service(resource(routes::METRICS.path).route(web::get().to(cluster::metrics)))
+    .configure(docs::configure)
     .default_service(web::to(not_found));
 }
 

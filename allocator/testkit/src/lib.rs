@@ -12,6 +12,7 @@
 //! * [`ApiClient`]: a typed client of the public API (allocator replica or router).
 //! * [`ChildProcess`]: a spawned service binary that can be crashed, frozen or stopped, with its
 //!   output captured to a log file; plus [`free_port`] and [`cargo_bin`] to launch it.
+//! * [`Browser`]: a headless Chromium driven over WebDriver, for the pages the services serve.
 //!
 //! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
 //! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
@@ -22,6 +23,7 @@
 //! it and every crate's tests share one copy.
 
 pub mod api_client;
+pub mod browser;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
@@ -31,6 +33,7 @@ pub mod shared;
 mod procfs;
 
 pub use self::api_client::{Answer, ApiClient};
+pub use self::browser::Browser;
 pub use self::postgres::PgServer;
 pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::resident_set_kib;

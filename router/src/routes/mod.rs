@@ -127,7 +127,7 @@ pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, RouterError> {
     )))
 }
 
-async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+pub(crate) async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     let problem = schema::wire::Problem::new(
         schema::wire::ProblemType::InvalidRequest,
         format!("{} is not allowed on {}", req.method(), req.path()),

@@ -13,3 +13,4 @@ mod orders;
 mod prometheus;
 mod request_id;
 mod routing;
+mod ui;

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{served_by, served_by_allocator, walk, Contract};
-use schema::routes::{self, Served};
+use schema::routes::{self, Served, Service};
 use schema::wire::{limits, problem_type, validate, Problem, ReservationStatus};
 use schema::wire::{HEADER_EXPECTED_EPOCH, PROBLEM_CONTENT_TYPE};
 use serde_json::{json, Value};
@@ -397,4 +397,103 @@ fn examples_match_their_schemas() {
     }
     assert!(count >= 10, "only {count} examples found");
     assert!(errors.is_empty(), "{errors:#?}");
+}
+
+/// The documents the services serve: each is the shared document reduced to one service.
+#[test]
+fn each_service_document_lists_exactly_its_routes() {
+    for service in [Service::Allocator, Service::Router] {
+        let contract = Contract::served(service);
+        let doc = &contract.doc;
+        let name = service.name();
+        let documented: BTreeSet<(String, String)> = contract
+            .operations()
+            .iter()
+            .map(|op| (op.method.to_uppercase(), op.path.to_owned()))
+            .collect();
+        let table: BTreeSet<(String, String)> = routes::ALL
+            .iter()
+            .filter(|r| match service {
+                Service::Allocator => r.served == Served::Both,
+                Service::Router => true,
+            })
+            .map(|r| (r.method.to_owned(), r.path.to_owned()))
+            .collect();
+        assert_eq!(documented, table, "{name}: operations vs the route table");
+
+        // Nothing the other service alone produces or reads is left, directly or via a $ref.
+        let mut foreign = Vec::new();
+        walk(doc, &mut |node| {
+            let resolved = contract.resolve(node);
+            for n in [node, resolved] {
+                if served_by(n).is_some_and(|servers| !servers.contains(&name)) {
+                    foreign.push(n.to_string());
+                }
+            }
+        });
+        assert!(foreign.is_empty(), "{name}: {foreign:#?}");
+
+        // As well-formed as the shared one: OpenAPI 3.1, references resolve, schemas compile,
+        // examples match, and the document names the service.
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+        let title = doc["info"]["title"].as_str().expect("title");
+        let server = doc["servers"][0]["description"].as_str().expect("server");
+        let expected = match service {
+            Service::Allocator => ("allocator replica", "allocator replica"),
+            Service::Router => ("router", "router"),
+        };
+        assert!(title.ends_with(expected.0), "{name}: title {title}");
+        assert!(server.contains(expected.1), "{name}: server {server}");
+        for schema in doc["components"]["schemas"]
+            .as_object()
+            .expect("schemas")
+            .values()
+        {
+            contract.validator(schema, true);
+        }
+        walk(doc, &mut |node| {
+            let Some(schema) = node.get("schema") else {
+                return;
+            };
+            for (example, value) in node["examples"].as_object().into_iter().flatten() {
+                let value = &contract.resolve(value)["value"];
+                let errors = contract.strict_violations(schema, value);
+                assert!(errors.is_empty(), "{name}: example {example}: {errors:#?}");
+            }
+        });
+        // Every component left is used, every tag left names an operation.
+        let text = doc.to_string();
+        for (section, entries) in doc["components"].as_object().expect("components") {
+            for entry in entries.as_object().expect("section").keys() {
+                let reference = format!("\"#/components/{section}/{entry}\"");
+                assert!(text.contains(&reference), "{name}: unused {reference}");
+            }
+        }
+        for tag in doc["tags"].as_array().expect("tags") {
+            let tag = &tag["name"];
+            assert!(
+                contract
+                    .operations()
+                    .iter()
+                    .any(|op| op.op["tags"].as_array().is_some_and(|t| t.contains(tag))),
+                "{name}: unused tag {tag}"
+            );
+        }
+    }
+    // What tells them apart is there: the router's 504 and orders, the allocator's 421.
+    let allocator = Contract::served(Service::Allocator);
+    let router = Contract::served(Service::Router);
+    let reserve = "/paths/~1v1~1reservations/post/responses";
+    assert!(allocator.doc.pointer(&format!("{reserve}/421")).is_some());
+    assert!(allocator.doc.pointer(&format!("{reserve}/504")).is_none());
+    assert!(router.doc.pointer(&format!("{reserve}/504")).is_some());
+    assert!(router.doc.pointer(&format!("{reserve}/421")).is_none());
+    assert!(allocator
+        .doc
+        .pointer("/components/schemas/OrderRequest")
+        .is_none());
+    assert!(router
+        .doc
+        .pointer("/components/schemas/ClusterOverview")
+        .is_some());
 }

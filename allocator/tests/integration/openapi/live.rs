@@ -485,3 +485,62 @@ async fn a_replica_answers_as_documented() {
     replica.stop().await;
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
+
+/// `GET /openapi.json` is the replica's own document, byte for byte what the derivation gives,
+/// and `GET /docs` is a page that loads nothing from another origin.
+#[tokio::test]
+async fn a_replica_serves_its_own_document_and_page() {
+    let db = migrated_database(PARTITIONS).await;
+    let replica = TestReplica::start(fast_config(&db, "openapi-doc")).await;
+    let client = http();
+
+    let response = client
+        .get(format!("{}{}", replica.url, routes::OPENAPI.path))
+        .send()
+        .await
+        .expect("GET /openapi.json");
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let served: Value = response.json().await.expect("a JSON document");
+    assert_eq!(
+        served,
+        schema::openapi::document(routes::Service::Allocator),
+        "the served document is the allocator's derivation of the shared one"
+    );
+    let operations: BTreeSet<(String, String)> = Contract::from_document(served)
+        .operations()
+        .iter()
+        .map(|op| (op.method.to_uppercase(), op.path.to_owned()))
+        .collect();
+    let table: BTreeSet<(String, String)> = routes::ALL
+        .iter()
+        .filter(|r| r.served_by_allocator())
+        .map(|r| (r.method.to_owned(), r.path.to_owned()))
+        .collect();
+    assert_eq!(operations, table, "served operations vs the route table");
+
+    let response = client
+        .get(format!("{}{}", replica.url, routes::DOCS.path))
+        .send()
+        .await
+        .expect("GET /docs");
+    assert_eq!(response.status(), 200);
+    let headers = response.headers().clone();
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.starts_with("default-src 'self'"), "{csp}");
+    let page = response.text().await.expect("page");
+    assert!(
+        page.contains(r#"fetch("/openapi.json""#),
+        "the page reads the document"
+    );
+    let external = testkit::browser::external_references(&page);
+    assert!(external.is_empty(), "{external:#?}");
+    replica.stop().await;
+}

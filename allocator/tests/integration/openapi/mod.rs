@@ -7,6 +7,9 @@
 //!   operations are exactly [`schema::routes::ALL`]; every problem type of
 //!   [`schema::wire::problem_type::ALL`] and every limit of [`schema::wire::limits::ALL`] is
 //!   stated with the value the code enforces; every example matches its schema.
+//! * [`document`] also checks the documents the services serve (derived from the shared one by
+//!   [`schema::openapi`]): each lists exactly its service's routes, keeps nothing marked for the
+//!   other service, and is as well-formed as the shared one.
 //! * [`live`]: a replica answers every route it serves (never "no such route" or `405`), only
 //!   with documented statuses, media types, headers and bodies, and refuses out-of-bounds input
 //!   where the document says it would.
@@ -43,7 +46,15 @@ pub struct Operation<'a> {
 
 impl Contract {
     pub fn load() -> Self {
-        let doc: Value = serde_json::from_str(DOCUMENT).expect("openapi.json is valid JSON");
+        Self::from_document(serde_json::from_str(DOCUMENT).expect("openapi.json is valid JSON"))
+    }
+
+    /// The document `service` serves, derived from the shared one.
+    pub fn served(service: schema::routes::Service) -> Self {
+        Self::from_document(schema::openapi::document(service))
+    }
+
+    pub fn from_document(doc: Value) -> Self {
         let mut closed_components = doc["components"].clone();
         let schemas = closed_components["schemas"]
             .as_object()
