@@ -118,8 +118,16 @@ mod tests {
     #[test]
     fn statuses_types_and_headers() {
         let cases = [
-            (AccessError::MissingToken, 401, problem_type::UNAUTHENTICATED),
-            (AccessError::UnknownToken, 401, problem_type::UNAUTHENTICATED),
+            (
+                AccessError::MissingToken,
+                401,
+                problem_type::UNAUTHENTICATED,
+            ),
+            (
+                AccessError::UnknownToken,
+                401,
+                problem_type::UNAUTHENTICATED,
+            ),
             (
                 AccessError::MissingScope {
                     client: "a".into(),

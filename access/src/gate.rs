@@ -130,7 +130,11 @@ impl std::fmt::Debug for Gate {
 
 impl Gate {
     /// Load the auth file (if any). Refuses a file it cannot read or parse.
-    pub fn new(role: Role, settings: Settings, metrics: MetricNames) -> Result<Gate, AuthFileError> {
+    pub fn new(
+        role: Role,
+        settings: Settings,
+        metrics: MetricNames,
+    ) -> Result<Gate, AuthFileError> {
         let table = match &settings.auth_file {
             Some(path) => {
                 let table = TokenTable::load(path)?;
@@ -398,7 +402,10 @@ mod tests {
     fn headers(token: Option<&str>, client: Option<&str>) -> HeaderMap {
         let mut map = HeaderMap::new();
         if let Some(token) = token {
-            map.insert(AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
+            map.insert(
+                AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+            );
         }
         if let Some(client) = client {
             map.insert(
@@ -426,7 +433,10 @@ mod tests {
         let gate = gate(Role::Router, &file, |_| {});
         let shop = headers(Some("t-shop"), None);
         let ops = headers(Some("t-ops"), None);
-        assert_eq!(ask(&gate, RESERVE, &shop).unwrap().client.as_deref(), Some("shop"));
+        assert_eq!(
+            ask(&gate, RESERVE, &shop).unwrap().client.as_deref(),
+            Some("shop")
+        );
         assert_eq!(
             ask(&gate, ADJUST, &shop).unwrap_err(),
             AccessError::MissingScope {
@@ -440,7 +450,8 @@ mod tests {
             Err(AccessError::MissingScope { .. })
         ));
         // Unmatched paths (404) need only a valid token.
-        gate.admit("GET", "/nope", None, &shop, Instant::now()).unwrap();
+        gate.admit("GET", "/nope", None, &shop, Instant::now())
+            .unwrap();
         assert_eq!(
             gate.admit("GET", "/nope", None, &HeaderMap::new(), Instant::now())
                 .unwrap_err(),
@@ -462,7 +473,10 @@ mod tests {
         );
         let mut basic = HeaderMap::new();
         basic.insert(AUTHORIZATION, HeaderValue::from_static("Basic dDpzaG9w"));
-        assert_eq!(ask(&gate, RESERVE, &basic).unwrap_err(), AccessError::MalformedToken);
+        assert_eq!(
+            ask(&gate, RESERVE, &basic).unwrap_err(),
+            AccessError::MalformedToken
+        );
         // Open paths need nothing, whatever is presented.
         gate.admit("GET", "/healthz", Some("/healthz"), &basic, Instant::now())
             .unwrap();
@@ -523,8 +537,14 @@ mod tests {
         );
         ask(&gate, RESERVE, &headers(Some("t-router"), Some("shop"))).unwrap();
         // Probes stay open.
-        gate.admit("GET", "/readyz", Some("/readyz"), &HeaderMap::new(), Instant::now())
-            .unwrap();
+        gate.admit(
+            "GET",
+            "/readyz",
+            Some("/readyz"),
+            &HeaderMap::new(),
+            Instant::now(),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -532,11 +552,7 @@ mod tests {
         let mut file = auth_file(&[("old", "reserve", "t-old")]);
         let gate = gate(Role::Router, &file, |_| {});
         ask(&gate, RESERVE, &headers(Some("t-old"), None)).unwrap();
-        std::fs::write(
-            file.path(),
-            format!("new reserve {}\n", hash_hex(b"t-new")),
-        )
-        .unwrap();
+        std::fs::write(file.path(), format!("new reserve {}\n", hash_hex(b"t-new"))).unwrap();
         assert_eq!(gate.reload().unwrap(), Some(1));
         ask(&gate, RESERVE, &headers(Some("t-new"), None)).unwrap();
         assert_eq!(
@@ -562,7 +578,8 @@ mod tests {
         let now = Instant::now();
         let slow = headers(Some("t-slow"), None);
         let fast = headers(Some("t-fast"), None);
-        let ask_at = |h: &HeaderMap| gate.admit("POST", "/v1/reservations", Some(RESERVE.1), h, now);
+        let ask_at =
+            |h: &HeaderMap| gate.admit("POST", "/v1/reservations", Some(RESERVE.1), h, now);
         ask_at(&slow).unwrap();
         assert_eq!(
             ask_at(&slow).unwrap_err(),
@@ -575,7 +592,10 @@ mod tests {
         for _ in 0..3 {
             ask_at(&fast).unwrap();
         }
-        assert!(matches!(ask_at(&fast), Err(AccessError::RateLimited { .. })));
+        assert!(matches!(
+            ask_at(&fast),
+            Err(AccessError::RateLimited { .. })
+        ));
     }
 
     #[test]
@@ -610,11 +630,29 @@ mod tests {
             require_router: Some("--require-router (X_REQUIRE_ROUTER)"),
         };
         let refuse = |settings: Settings| settings.validate(&flags).unwrap_err();
-        assert!(refuse(Settings { rate: Some(0.0), ..Settings::off() }).contains("X_CLIENT_RATE"));
-        assert!(refuse(Settings { rate: Some(f64::NAN), ..Settings::off() }).contains("--client-rate"));
-        assert!(refuse(Settings { burst: Some(0), ..Settings::off() }).contains("X_CLIENT_BURST"));
-        let error = refuse(Settings { require_router: true, ..Settings::off() });
-        assert!(error.contains("X_REQUIRE_ROUTER") && error.contains("X_AUTH_FILE"), "{error}");
+        assert!(refuse(Settings {
+            rate: Some(0.0),
+            ..Settings::off()
+        })
+        .contains("X_CLIENT_RATE"));
+        assert!(refuse(Settings {
+            rate: Some(f64::NAN),
+            ..Settings::off()
+        })
+        .contains("--client-rate"));
+        assert!(refuse(Settings {
+            burst: Some(0),
+            ..Settings::off()
+        })
+        .contains("X_CLIENT_BURST"));
+        let error = refuse(Settings {
+            require_router: true,
+            ..Settings::off()
+        });
+        assert!(
+            error.contains("X_REQUIRE_ROUTER") && error.contains("X_AUTH_FILE"),
+            "{error}"
+        );
         Settings::off().validate(&flags).unwrap();
     }
 }

@@ -197,16 +197,12 @@ impl TokenTable {
             };
             for option in options {
                 match option.split_once('=') {
-                    Some(("rate", value)) if client.rate.is_none() => {
-                        match value.parse::<f64>() {
-                            Ok(rate) if rate.is_finite() && rate > 0.0 => client.rate = Some(rate),
-                            _ => {
-                                return Err(fail(format!(
-                                    "rate must be a positive number of requests per second, got {value:?}"
-                                )))
-                            }
-                        }
-                    }
+                    Some(("rate", value)) if client.rate.is_none() => match value.parse::<f64>() {
+                        Ok(rate) if rate.is_finite() && rate > 0.0 => client.rate = Some(rate),
+                        _ => return Err(fail(format!(
+                            "rate must be a positive number of requests per second, got {value:?}"
+                        ))),
+                    },
                     Some(("burst", value)) if client.burst.is_none() => {
                         match value.parse::<u32>() {
                             Ok(burst) if burst > 0 => client.burst = Some(burst),
@@ -300,7 +296,10 @@ mod tests {
         let text = file(&[
             "# clients".into(),
             String::new(),
-            format!("orders reserve {}  # the order service", hash_hex(TOKEN_A.as_bytes())),
+            format!(
+                "orders reserve {}  # the order service",
+                hash_hex(TOKEN_A.as_bytes())
+            ),
             format!(
                 "  ops\treserve,admin {} rate=2.5 burst=7",
                 hash_hex(TOKEN_B.as_bytes()).to_uppercase()
@@ -337,7 +336,7 @@ mod tests {
     fn refusals_name_the_line() {
         let h = hash_hex(TOKEN_A.as_bytes());
         let cases = [
-            (format!("a reserve"), 1, "expected"),
+            ("a reserve".to_string(), 1, "expected"),
             (format!("\n\nbad/name reserve {h}"), 3, "client name"),
             (format!("a reserve,root {h}"), 1, "unknown scope"),
             (format!("a reserve,reserve {h}"), 1, "twice"),
@@ -349,13 +348,21 @@ mod tests {
             (format!("a reserve {h} rate=nan"), 1, "rate must be"),
             (format!("a reserve {h} burst=0"), 1, "burst must be"),
             (format!("a reserve {h} rate=1 rate=2"), 1, "repeated option"),
-            (format!("a reserve {h} colour=blue"), 1, "unknown or repeated"),
+            (
+                format!("a reserve {h} colour=blue"),
+                1,
+                "unknown or repeated",
+            ),
             (
                 format!("a reserve {h}\na admin {}", hash_hex(b"other")),
                 2,
                 "already named on line 1",
             ),
-            (format!("a reserve {h}\nb admin {h}"), 2, "already on line 1"),
+            (
+                format!("a reserve {h}\nb admin {h}"),
+                2,
+                "already on line 1",
+            ),
         ];
         for (text, line, words) in cases {
             let message = err(&text);
@@ -375,7 +382,10 @@ mod tests {
     #[test]
     fn load_reports_the_path() {
         let missing = TokenTable::load(Path::new("/nonexistent/auth.txt")).unwrap_err();
-        assert!(missing.to_string().contains("/nonexistent/auth.txt"), "{missing}");
+        assert!(
+            missing.to_string().contains("/nonexistent/auth.txt"),
+            "{missing}"
+        );
     }
 
     #[test]
@@ -386,7 +396,10 @@ mod tests {
         let table = parse(&file(&lines)).unwrap();
         for i in 0..20 {
             let token = format!("tok-{i}");
-            assert_eq!(table.lookup(token.as_bytes()).unwrap().name, format!("c{i}"));
+            assert_eq!(
+                table.lookup(token.as_bytes()).unwrap().name,
+                format!("c{i}")
+            );
         }
     }
 }

@@ -155,8 +155,7 @@ impl Application {
         );
 
         let metrics = crate::metrics::install();
-        let reload_task =
-            access::spawn_sighup_reloader(access.clone(), None, shutdown.clone())?;
+        let reload_task = access::spawn_sighup_reloader(access.clone(), None, shutdown.clone())?;
         let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
             metrics.clone(),
             shutdown.clone(),

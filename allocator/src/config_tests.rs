@@ -164,7 +164,10 @@ fn access_flags_are_parsed_and_refused_by_name() {
         "{error}"
     );
     let error = refused(&["--client-rate", "0"]);
-    assert!(error.contains("--client-rate (ALLOCATOR_CLIENT_RATE)"), "{error}");
+    assert!(
+        error.contains("--client-rate (ALLOCATOR_CLIENT_RATE)"),
+        "{error}"
+    );
     let error = refused(&["--client-burst", "0"]);
     assert!(error.contains("ALLOCATOR_CLIENT_BURST"), "{error}");
     let error = refused(&["--client-concurrency", "0"]);

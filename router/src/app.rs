@@ -103,19 +103,21 @@ impl Application {
             .tcp_nodelay(true)
             .build()
             .context("building the upstream http client")?;
-        let forwarder = Arc::new(Forwarder::new(
-            http,
-            cache.clone(),
-            RetryPolicy {
-                deadline: config.retry_deadline,
-                backoff: Backoff {
-                    base: config.backoff_base,
-                    max: config.backoff_max,
+        let forwarder = Arc::new(
+            Forwarder::new(
+                http,
+                cache.clone(),
+                RetryPolicy {
+                    deadline: config.retry_deadline,
+                    backoff: Backoff {
+                        base: config.backoff_base,
+                        max: config.backoff_max,
+                    },
+                    attempt_timeout: config.upstream_request_timeout,
                 },
-                attempt_timeout: config.upstream_request_timeout,
-            },
-        )
-        .with_credential(upstream_token.clone()));
+            )
+            .with_credential(upstream_token.clone()),
+        );
 
         let shutdown = CancellationToken::new();
         let mut tasks = vec![tokio::spawn(poll::run(

@@ -389,10 +389,15 @@ mod tests {
         assert_eq!(config.access.concurrency.map(NonZeroUsize::get), Some(4));
         assert!(config.upstream_token_file.is_some());
         assert_eq!(parse(&[]).unwrap().access, access::Settings::off());
-        let error = parse(&["--client-concurrency", "0"]).unwrap_err().to_string();
+        let error = parse(&["--client-concurrency", "0"])
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("ROUTER_CLIENT_CONCURRENCY"), "{error}");
         let error = parse(&["--client-rate", "-1"]).unwrap_err().to_string();
-        assert!(error.contains("--client-rate (ROUTER_CLIENT_RATE)"), "{error}");
+        assert!(
+            error.contains("--client-rate (ROUTER_CLIENT_RATE)"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -173,7 +173,10 @@ fn describe() {
         "assignment map re-reads that failed"
     );
     describe_counter!(ORDERS_TOTAL, "multi-line orders by outcome");
-    describe_counter!(CLIENT_REQUESTS_TOTAL, "requests by client and access outcome");
+    describe_counter!(
+        CLIENT_REQUESTS_TOTAL,
+        "requests by client and access outcome"
+    );
     describe_counter!(AUTH_RELOADS_TOTAL, "auth file reloads by outcome");
     describe_gauge!(AUTH_CLIENTS, "clients in the auth table in force");
     describe_counter!(

@@ -211,7 +211,12 @@ mod tests {
             assert_eq!(entries, 1, "{} {} in ACCESS", route.method, route.path);
         }
         for (route, _) in ACCESS {
-            assert!(ALL.contains(route), "{} {} not in ALL", route.method, route.path);
+            assert!(
+                ALL.contains(route),
+                "{} {} not in ALL",
+                route.method,
+                route.path
+            );
         }
     }
 
@@ -230,10 +235,23 @@ mod tests {
 
     #[test]
     fn open_path_matching() {
-        for open in ["/healthz", "/metrics", "/openapi.json", "/docs", "/ui/index.html"] {
+        for open in [
+            "/healthz",
+            "/metrics",
+            "/openapi.json",
+            "/docs",
+            "/ui/index.html",
+        ] {
             assert!(is_open_path(open), "{open}");
         }
-        for closed in ["/healthz/x", "/v1/reservations", "/metricsx", "/", "/uix", "/docsx"] {
+        for closed in [
+            "/healthz/x",
+            "/v1/reservations",
+            "/metricsx",
+            "/",
+            "/uix",
+            "/docsx",
+        ] {
             assert!(!is_open_path(closed), "{closed}");
         }
     }

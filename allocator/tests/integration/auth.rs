@@ -5,9 +5,9 @@ use std::num::NonZeroUsize;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use access::table::hash_hex;
 use crate::common::*;
 use crate::processes::spawn_replica_with;
+use access::table::hash_hex;
 use reqwest::StatusCode;
 use schema::wire::{problem_type, Problem, HEADER_CLIENT, PROBLEM_CONTENT_TYPE};
 use serde_json::json;
@@ -21,7 +21,12 @@ pub fn write_auth_file(path: &Path, clients: &[(&str, &str, &str, &str)]) {
     let mut file = std::fs::File::create(path).expect("auth file");
     writeln!(file, "# name scopes sha256(token) [options]").unwrap();
     for (name, scopes, token, options) in clients {
-        writeln!(file, "{name} {scopes} {} {options}", hash_hex(token.as_bytes())).unwrap();
+        writeln!(
+            file,
+            "{name} {scopes} {} {options}",
+            hash_hex(token.as_bytes())
+        )
+        .unwrap();
     }
 }
 
@@ -136,12 +141,29 @@ async fn tokens_and_scopes_decide_who_may_do_what() {
     }
 
     // No token, a malformed header, an unknown token: 401 with a Bearer challenge.
-    let none = call(Method::POST, &reserve_url, None, &[], Some(reserve("r-0", "auth-sku"))).await;
+    let none = call(
+        Method::POST,
+        &reserve_url,
+        None,
+        &[],
+        Some(reserve("r-0", "auth-sku")),
+    )
+    .await;
     assert_eq!(none.status, StatusCode::UNAUTHORIZED);
     let challenge = none.headers.get("www-authenticate").expect("challenge");
-    assert!(challenge.to_str().unwrap().starts_with("Bearer"), "{challenge:?}");
+    assert!(
+        challenge.to_str().unwrap().starts_with("Bearer"),
+        "{challenge:?}"
+    );
     assert_eq!(none.problem.unwrap().kind, problem_type::UNAUTHENTICATED);
-    let wrong = call(Method::POST, &reserve_url, Some("not-a-known-token"), &[], Some(reserve("r-0", "auth-sku"))).await;
+    let wrong = call(
+        Method::POST,
+        &reserve_url,
+        Some("not-a-known-token"),
+        &[],
+        Some(reserve("r-0", "auth-sku")),
+    )
+    .await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert!(wrong.headers["www-authenticate"]
         .to_str()
@@ -158,23 +180,58 @@ async fn tokens_and_scopes_decide_who_may_do_what() {
     assert_eq!(basic.status, StatusCode::UNAUTHORIZED);
     // The hash from the file is not a token.
     let hash = hash_hex(SHOP.as_bytes());
-    let by_hash = call(Method::GET, &format!("{base}/v1/inventory/auth-sku"), Some(&hash), &[], None).await;
+    let by_hash = call(
+        Method::GET,
+        &format!("{base}/v1/inventory/auth-sku"),
+        Some(&hash),
+        &[],
+        None,
+    )
+    .await;
     assert_eq!(by_hash.status, StatusCode::UNAUTHORIZED);
 
     // A reserve token may not restock.
-    let forbidden = call(Method::POST, &adjust_url, Some(SHOP), &[], Some(adjust("a-1", 5))).await;
+    let forbidden = call(
+        Method::POST,
+        &adjust_url,
+        Some(SHOP),
+        &[],
+        Some(adjust("a-1", 5)),
+    )
+    .await;
     assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
     let problem = forbidden.problem.expect("problem");
     assert_eq!(problem.kind, problem_type::FORBIDDEN);
     assert!(problem.detail.unwrap().contains("admin"));
     // Nothing was applied: the SKU does not exist.
-    let missing = call(Method::GET, &format!("{base}/v1/inventory/auth-sku"), Some(SHOP), &[], None).await;
+    let missing = call(
+        Method::GET,
+        &format!("{base}/v1/inventory/auth-sku"),
+        Some(SHOP),
+        &[],
+        None,
+    )
+    .await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
 
     // An admin token may.
-    let restocked = call(Method::POST, &adjust_url, Some(OPS), &[], Some(adjust("a-1", 5))).await;
+    let restocked = call(
+        Method::POST,
+        &adjust_url,
+        Some(OPS),
+        &[],
+        Some(adjust("a-1", 5)),
+    )
+    .await;
     assert_eq!(restocked.status, StatusCode::CREATED);
-    let held = call(Method::POST, &reserve_url, Some(SHOP), &[], Some(reserve("r-1", "auth-sku"))).await;
+    let held = call(
+        Method::POST,
+        &reserve_url,
+        Some(SHOP),
+        &[],
+        Some(reserve("r-1", "auth-sku")),
+    )
+    .await;
     assert_eq!(held.status, StatusCode::CREATED);
 
     // A direct caller cannot claim to be another client; only routers may name one.
@@ -224,7 +281,12 @@ async fn a_replica_that_requires_routers_refuses_direct_callers() {
     )
     .await;
     assert_eq!(direct.status, StatusCode::FORBIDDEN);
-    assert!(direct.problem.unwrap().detail.unwrap().contains("routers only"));
+    assert!(direct
+        .problem
+        .unwrap()
+        .detail
+        .unwrap()
+        .contains("routers only"));
     let routed = call(
         Method::POST,
         &format!("{base}/v1/inventory/ro-sku/adjustments"),
@@ -252,7 +314,11 @@ async fn a_client_over_its_rate_gets_429_with_retry_after() {
     use reqwest::Method;
     for i in 0..3 {
         let answer = call(Method::GET, &url, Some(SHOP), &[], None).await;
-        assert_eq!(answer.status, StatusCode::NOT_FOUND, "request {i} is within the burst");
+        assert_eq!(
+            answer.status,
+            StatusCode::NOT_FOUND,
+            "request {i} is within the burst"
+        );
     }
     let limited = call(Method::GET, &url, Some(SHOP), &[], None).await;
     assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
@@ -299,22 +365,55 @@ async fn a_client_at_its_concurrency_cap_gets_429() {
     // lock timeout.
     let mut client = client(&db).await;
     let tx = client.transaction().await.unwrap();
-    tx.execute("SELECT 1 FROM inventory WHERE sku = 'slow-sku' FOR UPDATE", &[])
-        .await
-        .unwrap();
+    tx.execute(
+        "SELECT 1 FROM inventory WHERE sku = 'slow-sku' FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
     let slow_url = format!("{base}/v1/reservations");
     let started = Instant::now();
     let slow = tokio::spawn(async move {
-        call(Method::POST, &slow_url, Some(SHOP), &[], Some(reserve("slow-r", "slow-sku"))).await
+        call(
+            Method::POST,
+            &slow_url,
+            Some(SHOP),
+            &[],
+            Some(reserve("slow-r", "slow-sku")),
+        )
+        .await
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let capped = call(Method::GET, &format!("{base}/v1/inventory/slow-sku"), Some(SHOP), &[], None).await;
+    let capped = call(
+        Method::GET,
+        &format!("{base}/v1/inventory/slow-sku"),
+        Some(SHOP),
+        &[],
+        None,
+    )
+    .await;
     let capped_at = started.elapsed();
-    assert_eq!(capped.status, StatusCode::TOO_MANY_REQUESTS, "after {capped_at:?}");
+    assert_eq!(
+        capped.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "after {capped_at:?}"
+    );
     assert_eq!(capped.headers["retry-after"], "1");
-    assert!(capped.problem.unwrap().detail.unwrap().contains("in flight"));
+    assert!(capped
+        .problem
+        .unwrap()
+        .detail
+        .unwrap()
+        .contains("in flight"));
     // Another client is not held back by shop's request.
-    let other = call(Method::GET, &format!("{base}/v1/inventory/slow-sku"), Some(OPS), &[], None).await;
+    let other = call(
+        Method::GET,
+        &format!("{base}/v1/inventory/slow-sku"),
+        Some(OPS),
+        &[],
+        None,
+    )
+    .await;
     assert_eq!(other.status, StatusCode::OK);
     let slow = slow.await.unwrap();
     assert!(
@@ -324,7 +423,14 @@ async fn a_client_at_its_concurrency_cap_gets_429() {
     tx.rollback().await.unwrap();
     // The slot came back with the answer (whatever it was).
     assert_ne!(slow.status, StatusCode::TOO_MANY_REQUESTS);
-    let after = call(Method::GET, &format!("{base}/v1/inventory/slow-sku"), Some(SHOP), &[], None).await;
+    let after = call(
+        Method::GET,
+        &format!("{base}/v1/inventory/slow-sku"),
+        Some(SHOP),
+        &[],
+        None,
+    )
+    .await;
     assert_eq!(after.status, StatusCode::OK);
     let series = "allocator_client_requests_total{client=\"shop\",outcome=\"concurrency_limited\"}";
     assert!(metric(&base, series).await >= 1.0);
@@ -347,19 +453,31 @@ async fn sighup_reloads_the_auth_file_and_keeps_it_on_a_bad_one() {
         &db,
         "auth-sighup",
         2000,
-        vec![(
-            "ALLOCATOR_AUTH_FILE".into(),
-            auth.display().to_string(),
-        )],
+        vec![("ALLOCATOR_AUTH_FILE".into(), auth.display().to_string())],
     );
     let url = format!("{}/v1/inventory/hup-sku", replica.url);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while http().get(format!("{}/healthz", replica.url)).send().await.is_err() {
-        assert!(Instant::now() < deadline, "replica did not start: {}", replica.process.log_tail(20));
+    while http()
+        .get(format!("{}/healthz", replica.url))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "replica did not start: {}",
+            replica.process.log_tail(20)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(status_with(&url, "old-token-1234").await, StatusCode::NOT_FOUND);
-    assert_eq!(status_with(&url, "new-token-5678").await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        status_with(&url, "old-token-1234").await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        status_with(&url, "new-token-5678").await,
+        StatusCode::UNAUTHORIZED
+    );
 
     // Rotate: the new token in, the old one out, then SIGHUP.
     write_auth_file(&auth, &[("new", "reserve", "new-token-5678", "")]);
@@ -370,10 +488,17 @@ async fn sighup_reloads_the_auth_file_and_keeps_it_on_a_bad_one() {
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while status_with(&url, "new-token-5678").await != StatusCode::NOT_FOUND {
-        assert!(Instant::now() < deadline, "reload not applied: {}", replica.process.log_tail(20));
+        assert!(
+            Instant::now() < deadline,
+            "reload not applied: {}",
+            replica.process.log_tail(20)
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(status_with(&url, "old-token-1234").await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        status_with(&url, "old-token-1234").await,
+        StatusCode::UNAUTHORIZED
+    );
 
     // A broken file is refused and the table in force stays; the process keeps running.
     std::fs::write(&auth, "new reserve not-a-hash\n").unwrap();
@@ -388,7 +513,10 @@ async fn sighup_reloads_the_auth_file_and_keeps_it_on_a_bad_one() {
         assert!(Instant::now() < deadline, "failed reload not counted");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(status_with(&url, "new-token-5678").await, StatusCode::NOT_FOUND);
+    assert_eq!(
+        status_with(&url, "new-token-5678").await,
+        StatusCode::NOT_FOUND
+    );
     assert!(replica.process.try_exit_status().unwrap().is_none());
     assert!(
         replica.process.log_tail(50).contains(":1:"),
@@ -396,7 +524,11 @@ async fn sighup_reloads_the_auth_file_and_keeps_it_on_a_bad_one() {
         replica.process.log_tail(20)
     );
     replica.process.sigterm().unwrap();
-    replica.process.wait_exit(Duration::from_secs(10)).await.unwrap();
+    replica
+        .process
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

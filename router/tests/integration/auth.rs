@@ -64,7 +64,10 @@ async fn clients_authenticate_at_the_router_which_names_them_to_allocators() {
     let allocator_auth = dir.path().join("allocator-auth");
     auth_file(
         &allocator_auth,
-        &[("router-1", "router", ROUTER), ("ops", "reserve,admin", OPS)],
+        &[
+            ("router-1", "router", ROUTER),
+            ("ops", "reserve,admin", OPS),
+        ],
     );
     let router_auth = dir.path().join("router-auth");
     auth_file(
@@ -119,7 +122,8 @@ async fn clients_authenticate_at_the_router_which_names_them_to_allocators() {
     // A reserve token may not restock; an admin token may (through the router's credential).
     let adjust_url = format!("{base}/v1/inventory/auth-1/adjustments");
     let restock = json!({"adjustment_id": "auth-restock", "delta": 10});
-    let (status, _, problem) = send(Method::POST, &adjust_url, Some(SHOP), Some(restock.clone())).await;
+    let (status, _, problem) =
+        send(Method::POST, &adjust_url, Some(SHOP), Some(restock.clone())).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(problem.unwrap().kind, problem_type::FORBIDDEN);
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -148,7 +152,9 @@ async fn clients_authenticate_at_the_router_which_names_them_to_allocators() {
         Method::POST,
         &format!("{base}/v1/orders/auth-order-1/reservations"),
         Some(SHOP),
-        Some(json!({"lines": [{"sku": "auth-1", "quantity": 1}, {"sku": "auth-1", "quantity": 2}]})),
+        Some(
+            json!({"lines": [{"sku": "auth-1", "quantity": 1}, {"sku": "auth-1", "quantity": 2}]}),
+        ),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED);
@@ -262,6 +268,13 @@ async fn the_router_limits_each_client() {
     assert_eq!(problem.unwrap().kind, problem_type::RATE_LIMITED);
     let (status, ..) = send(Method::GET, &url, Some(OPS), None).await;
     assert_eq!(status, StatusCode::OK, "another client has its own bucket");
-    assert!(metric(&router.url, &client_series("router", "shop", "rate_limited")).await >= 1.0);
+    assert!(
+        metric(
+            &router.url,
+            &client_series("router", "shop", "rate_limited")
+        )
+        .await
+            >= 1.0
+    );
     router.stop().await;
 }

@@ -510,12 +510,17 @@ async fn refusals_answer_as_documented() {
         else {
             panic!("{} {} is documented", route.method, route.path);
         };
-        let body = op.request_examples(&contract).first().map(|(_, v)| (*v).clone());
+        let body = op
+            .request_examples(&contract)
+            .first()
+            .map(|(_, v)| (*v).clone());
         let Access::Requires(scope) = route.access() else {
             probe.token = None;
             let status = probe.call(&op, "open, no token", &no_params, None).await;
             if status != 200 {
-                probe.failures.push(format!("{}: open route answered {status}", op.name()));
+                probe
+                    .failures
+                    .push(format!("{}: open route answered {status}", op.name()));
             }
             continue;
         };
@@ -531,18 +536,26 @@ async fn refusals_answer_as_documented() {
         let status = probe.call(&op, "no token", &no_params, body.clone()).await;
         failures.extend(expect("no token", status, 401));
         probe.token = Some("unknown-token".into());
-        let status = probe.call(&op, "unknown token", &no_params, body.clone()).await;
+        let status = probe
+            .call(&op, "unknown token", &no_params, body.clone())
+            .await;
         failures.extend(expect("unknown token", status, 401));
         if scope == Scope::Admin {
             probe.token = Some("shop-token".into());
-            let status = probe.call(&op, "reserve token", &no_params, body.clone()).await;
+            let status = probe
+                .call(&op, "reserve token", &no_params, body.clone())
+                .await;
             failures.extend(expect("reserve token", status, 403));
         }
         // The client's one-request burst is spent by the first route it calls; from then on
         // every request of it is over the rate.
         probe.token = Some("limited-token".into());
-        probe.call(&op, "within the burst", &no_params, body.clone()).await;
-        let status = probe.call(&op, "over the rate", &no_params, body.clone()).await;
+        probe
+            .call(&op, "within the burst", &no_params, body.clone())
+            .await;
+        let status = probe
+            .call(&op, "over the rate", &no_params, body.clone())
+            .await;
         failures.extend(expect("over the rate", status, 429));
         probe.failures.extend(failures);
     }
@@ -552,5 +565,8 @@ async fn refusals_answer_as_documented() {
 }
 
 fn probe_failure(what: &str, op: &Operation, status: u16, expected: u16) -> Option<String> {
-    Some(format!("{} ({what}): expected {expected}, got {status}", op.name()))
+    Some(format!(
+        "{} ({what}): expected {expected}, got {status}",
+        op.name()
+    ))
 }
