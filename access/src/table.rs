@@ -199,9 +199,11 @@ impl TokenTable {
                 match option.split_once('=') {
                     Some(("rate", value)) if client.rate.is_none() => match value.parse::<f64>() {
                         Ok(rate) if rate.is_finite() && rate > 0.0 => client.rate = Some(rate),
-                        _ => return Err(fail(format!(
+                        _ => {
+                            return Err(fail(format!(
                             "rate must be a positive number of requests per second, got {value:?}"
-                        ))),
+                        )))
+                        }
                     },
                     Some(("burst", value)) if client.burst.is_none() => {
                         match value.parse::<u32>() {

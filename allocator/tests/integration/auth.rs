@@ -53,7 +53,7 @@ async fn replica_with(
     config.access.auth_file = Some(auth);
     tweak(&mut config.access);
     let replica = TestReplica::start(config).await;
-    wait_owns_all(&replica).await;
+    wait_owns_all_locally(&replica).await;
     (replica, db)
 }
 

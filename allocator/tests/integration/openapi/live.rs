@@ -492,7 +492,7 @@ async fn refusals_answer_as_documented() {
     let mut config = fast_config(&db, "openapi-auth");
     config.access.auth_file = Some(auth);
     let replica = TestReplica::start(config).await;
-    wait_owns_all(&replica).await;
+    wait_owns_all_locally(&replica).await;
     let mut probe = Probe {
         contract: &contract,
         http: http(),
