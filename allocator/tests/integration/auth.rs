@@ -557,7 +557,8 @@ async fn a_bad_auth_file_refuses_the_start_naming_file_and_line() {
         .await
         .unwrap();
     assert_eq!(status.code(), Some(1));
-    let log = replica.process.log_tail(20);
+    // The whole log: with RUST_BACKTRACE set, a backtrace follows the message.
+    let log = replica.process.log_tail(usize::MAX);
     assert!(
         log.contains(&format!("{}:3:", auth.display())) && log.contains("ALLOCATOR_AUTH_FILE"),
         "{log}"
