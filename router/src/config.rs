@@ -393,7 +393,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("ROUTER_CLIENT_CONCURRENCY"), "{error}");
-        let error = parse(&["--client-rate", "-1"]).unwrap_err().to_string();
+        let error = parse(&["--client-rate=-1"]).unwrap_err().to_string();
         assert!(
             error.contains("--client-rate (ROUTER_CLIENT_RATE)"),
             "{error}"
