@@ -15,7 +15,9 @@
 # CLUSTER_PRIVATE=1 (private PostgreSQL and Redis even when system ones run), CLUSTER_SKIP_BUILD=1,
 # CLUSTER_READY_TIMEOUT (90 s), CLUSTER_MAP_TIMEOUT (60 s), CLUSTER_STOP_TIMEOUT (30 s),
 # CLUSTER_ALLOCATOR_ARGS / CLUSTER_ROUTER_ARGS (extra flags), CLUSTER_ALLOCATOR_BIN /
-# CLUSTER_ROUTER_BIN (other binaries), RUST_LOG (default info), CLUSTER_DIR (.cluster).
+# CLUSTER_ROUTER_BIN (other binaries), RUST_LOG (default info), CLUSTER_DIR (.cluster),
+# CLUSTER_TOKEN (a bearer token sent by `map`, `status` and `demo`, needed when the routers run
+# with --auth-file; `AUTH=1 ops/run-local.sh` sets it).
 # Files: .cluster/{env,cluster.env} .cluster/logs/*.log .cluster/run/*.{pid,url}; see ops/README.md.
 set -euo pipefail
 
@@ -142,7 +144,14 @@ first_ready_url() {
     return 1
 }
 
-fetch_map() { curl -sf --max-time 5 "$1/v1/partitions"; }
+# The optional bearer token as curl arguments (empty without CLUSTER_TOKEN).
+auth_args() { [[ -n "${CLUSTER_TOKEN:-}" ]] && printf '%s\n' -H "authorization: Bearer $CLUSTER_TOKEN"; return 0; }
+
+fetch_map() {
+    local auth=()
+    mapfile -t auth < <(auth_args)
+    curl -sf --max-time 5 "${auth[@]}" "$1/v1/partitions"
+}
 
 # print_map JSON: compact table, four partitions per row, then partitions per owner.
 print_map() {
@@ -331,6 +340,9 @@ req() {
     printf '\n'
     local args=(-sS -X "$method" -D "$hdr" -o "$bodyf" -w '%{http_code}' --max-time 15)
     [[ -n "$body" ]] && args+=(-H 'content-type: application/json' --data "$body")
+    local auth=()
+    mapfile -t auth < <(auth_args)
+    args+=("${auth[@]}")
     for attempt in 1 2 3 4 5 6 7 8 9 10; do
         RESP_CODE="$(curl "${args[@]}" "$DEMO_URL$path" 2>/dev/null)" || true
         [[ "$RESP_CODE" =~ ^(000|503)$ ]] || break

@@ -30,6 +30,7 @@ pub struct Application {
     settlement_task: JoinHandle<()>,
     hint_task: Option<JoinHandle<()>>,
     metrics_task: JoinHandle<()>,
+    reload_task: JoinHandle<()>,
     ownership: Arc<Ownership>,
 }
 
@@ -38,6 +39,16 @@ impl Application {
     /// (`allocator migrate`). An invalid configuration is refused before anything starts.
     pub async fn build(config: AllocatorConfig) -> anyhow::Result<Self> {
         config.validate()?;
+        // Before anything starts: an unreadable auth file refuses the start, naming file:line.
+        crate::metrics::install();
+        let access = Arc::new(
+            access::Gate::new(
+                access::Role::Allocator,
+                config.access.clone(),
+                crate::metrics::ACCESS_METRICS,
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {e}", crate::config::ACCESS_FLAGS.auth_file))?,
+        );
         let timing = LeaseTiming::new(config.lease_ttl, config.lease_margin, config.renew_interval)
             .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)?;
@@ -148,6 +159,7 @@ impl Application {
             shutdown.clone(),
         );
 
+        let reload_task = access::spawn_sighup_reloader(access.clone(), None, shutdown.clone())?;
         let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
             metrics.clone(),
             shutdown.clone(),
@@ -160,6 +172,7 @@ impl Application {
             metrics,
             ready: ready_rx,
             shutdown: shutdown.clone(),
+            access,
         });
         let server = HttpServer::new(move || api::app(state.clone()))
             .workers(config.http_workers.get())
@@ -184,6 +197,7 @@ impl Application {
             settlement_task,
             hint_task,
             metrics_task,
+            reload_task,
             ownership,
         })
     }
@@ -218,6 +232,7 @@ impl Application {
         handle.stop(true).await;
         let _ = server.await;
         let _ = self.metrics_task.await;
+        let _ = self.reload_task.await;
         tracing::info!("allocator replica stopped");
         Ok(())
     }

@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -138,6 +139,25 @@ pub struct ServeArgs {
     /// timeout + 2 s.
     #[arg(long, env = "ALLOCATOR_SETTLEMENT_GRACE_MS")]
     pub settlement_grace_ms: Option<u64>,
+
+    /// Clients allowed to call, one `NAME SCOPE[,SCOPE] SHA256_HEX [rate=N] [burst=N]` per line
+    /// (hashes, never tokens); re-read on SIGHUP. Without it authentication is off.
+    #[arg(long, env = "ALLOCATOR_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// Answer only callers holding the `router` scope (403 for anyone else), so clients must go
+    /// through routers. Needs `--auth-file`.
+    #[arg(long, env = "ALLOCATOR_REQUIRE_ROUTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub require_router: bool,
+    /// Requests per second per client (token bucket); off when absent. With routers in front,
+    /// set it on the routers; here it counts the client each router names.
+    #[arg(long, env = "ALLOCATOR_CLIENT_RATE")]
+    pub client_rate: Option<f64>,
+    /// Burst per client; default one second's worth of `--client-rate`.
+    #[arg(long, env = "ALLOCATOR_CLIENT_BURST")]
+    pub client_burst: Option<u32>,
+    /// Requests in flight per client before `429`; off when absent.
+    #[arg(long, env = "ALLOCATOR_CLIENT_CONCURRENCY")]
+    pub client_concurrency: Option<usize>,
 }
 
 /// Validated runtime configuration of one replica.
@@ -172,6 +192,8 @@ pub struct AllocatorConfig {
     /// Longer than `statement_timeout`: a confirmation is stamped with its statement's start and
     /// may commit up to that much later, so only then is a window closed.
     pub settlement_grace: Duration,
+    /// Authentication and per-client limits.
+    pub access: access::Settings,
 }
 
 /// A flag and the environment variable that sets it, for error messages.
@@ -213,6 +235,15 @@ const HTTP_WORKERS: Flag = flag("http-workers", "ALLOCATOR_HTTP_WORKERS");
 const REPLICA_ID: Flag = flag("replica-id", "ALLOCATOR_REPLICA_ID");
 const SETTLEMENT_WINDOW: Flag = flag("settlement-window-secs", "ALLOCATOR_SETTLEMENT_WINDOW_SECS");
 const SETTLEMENT_GRACE: Flag = flag("settlement-grace-ms", "ALLOCATOR_SETTLEMENT_GRACE_MS");
+const CLIENT_CONCURRENCY: Flag = flag("client-concurrency", "ALLOCATOR_CLIENT_CONCURRENCY");
+
+/// The access flags, for refusals.
+pub const ACCESS_FLAGS: access::Flags = access::Flags {
+    auth_file: "--auth-file (ALLOCATOR_AUTH_FILE)",
+    rate: "--client-rate (ALLOCATOR_CLIENT_RATE)",
+    burst: "--client-burst (ALLOCATOR_CLIENT_BURST)",
+    require_router: Some("--require-router (ALLOCATOR_REQUIRE_ROUTER)"),
+};
 
 fn non_zero(value: usize, flag: Flag) -> Result<NonZeroUsize> {
     NonZeroUsize::new(value).ok_or_else(|| anyhow::anyhow!("{flag} must be at least 1, got 0"))
@@ -261,6 +292,16 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
             settlement_grace: ms(args
                 .settlement_grace_ms
                 .unwrap_or(args.statement_timeout_ms + 2000)),
+            access: access::Settings {
+                auth_file: args.auth_file,
+                rate: args.client_rate,
+                burst: args.client_burst,
+                concurrency: args
+                    .client_concurrency
+                    .map(|n| non_zero(n, CLIENT_CONCURRENCY))
+                    .transpose()?,
+                require_router: args.require_router,
+            },
         };
         config.validate()?;
         Ok(config)
@@ -275,6 +316,9 @@ impl AllocatorConfig {
         if self.replica_id.is_empty() {
             bail!("{REPLICA_ID} must not be empty");
         }
+        self.access
+            .validate(&ACCESS_FLAGS)
+            .map_err(anyhow::Error::msg)?;
         let positive = [
             (LEASE_TTL, self.lease_ttl),
             (RENEW_INTERVAL, self.renew_interval),

@@ -132,3 +132,44 @@ fn settlement_grace_must_outlast_a_statement() {
     assert_eq!(config.settlement_grace, Duration::from_millis(3000));
     assert_eq!(config.settlement_window, Duration::from_secs(60));
 }
+
+#[test]
+fn access_flags_are_parsed_and_refused_by_name() {
+    let config = parse(&[]).unwrap();
+    assert_eq!(config.access, access::Settings::off());
+    let config = parse(&[
+        "--auth-file",
+        "/etc/allocator/auth",
+        "--require-router",
+        "--client-rate",
+        "2.5",
+        "--client-burst",
+        "5",
+        "--client-concurrency",
+        "3",
+    ])
+    .unwrap();
+    assert_eq!(
+        config.access.auth_file.as_deref(),
+        Some(std::path::Path::new("/etc/allocator/auth"))
+    );
+    assert!(config.access.require_router);
+    assert_eq!(config.access.rate, Some(2.5));
+    assert_eq!(config.access.burst, Some(5));
+    assert_eq!(config.access.concurrency.map(NonZeroUsize::get), Some(3));
+
+    let error = refused(&["--require-router"]);
+    assert!(
+        error.contains("ALLOCATOR_REQUIRE_ROUTER") && error.contains("ALLOCATOR_AUTH_FILE"),
+        "{error}"
+    );
+    let error = refused(&["--client-rate", "0"]);
+    assert!(
+        error.contains("--client-rate (ALLOCATOR_CLIENT_RATE)"),
+        "{error}"
+    );
+    let error = refused(&["--client-burst", "0"]);
+    assert!(error.contains("ALLOCATOR_CLIENT_BURST"), "{error}");
+    let error = refused(&["--client-concurrency", "0"]);
+    assert!(error.contains("ALLOCATOR_CLIENT_CONCURRENCY"), "{error}");
+}

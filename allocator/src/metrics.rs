@@ -41,6 +41,22 @@ pub const WORKER_FAILURES: &str = "allocator_worker_failures_total";
 /// database still named this replica, so peers and routers need not wait for expiry.
 pub const DROPPED_LEASE_RELEASES: &str = "allocator_dropped_lease_releases_total";
 
+/// Requests by `client` (the authenticated caller, or the client a router named; `anonymous`
+/// with authentication off, `(none)` when no valid token was shown) and `outcome`: `ok`,
+/// `unauthenticated`, `forbidden`, `rate_limited`, `concurrency_limited`.
+pub const CLIENT_REQUESTS: &str = "allocator_client_requests_total";
+/// Auth file reloads (SIGHUP) by `outcome`: `ok`, `failed` (the previous table stays).
+pub const AUTH_RELOADS: &str = "allocator_auth_reloads_total";
+/// Clients in the auth table in force.
+pub const AUTH_CLIENTS: &str = "allocator_auth_clients";
+
+/// The names [`access::Gate`] records under.
+pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
+    client_requests: CLIENT_REQUESTS,
+    auth_reloads: AUTH_RELOADS,
+    auth_clients: AUTH_CLIENTS,
+};
+
 /// Seconds a partition had no live owner before it was acquired (database clock): after a planned
 /// hand-off milliseconds, after a crash about one lease TTL.
 pub const LEASE_VACANCY: &str = "allocator_lease_vacancy_seconds";

@@ -56,6 +56,22 @@ impl Application {
     pub async fn build(config: RouterConfig) -> anyhow::Result<Application> {
         config.validate()?;
         let metrics_handle = metrics::install();
+        // Credentials first: a bad auth or token file refuses the start before anything runs.
+        let access = Arc::new(
+            access::Gate::new(
+                access::Role::Router,
+                config.access.clone(),
+                metrics::ACCESS_METRICS,
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {e}", crate::config::ACCESS_FLAGS.auth_file))?,
+        );
+        let upstream_token = match &config.upstream_token_file {
+            Some(path) => Some(Arc::new(access::UpstreamToken::load(
+                crate::config::UPSTREAM_TOKEN_FLAG,
+                path,
+            )?)),
+            None => None,
+        };
         let pool = db::build_pool(&config, config.db_pool_size)?;
         let orders = Arc::new(OrderStore::new(
             db::build_pool(&config, config.orders_db_pool_size)?,
@@ -87,18 +103,21 @@ impl Application {
             .tcp_nodelay(true)
             .build()
             .context("building the upstream http client")?;
-        let forwarder = Arc::new(Forwarder::new(
-            http,
-            cache.clone(),
-            RetryPolicy {
-                deadline: config.retry_deadline,
-                backoff: Backoff {
-                    base: config.backoff_base,
-                    max: config.backoff_max,
+        let forwarder = Arc::new(
+            Forwarder::new(
+                http,
+                cache.clone(),
+                RetryPolicy {
+                    deadline: config.retry_deadline,
+                    backoff: Backoff {
+                        base: config.backoff_base,
+                        max: config.backoff_max,
+                    },
+                    attempt_timeout: config.upstream_request_timeout,
                 },
-                attempt_timeout: config.upstream_request_timeout,
-            },
-        ));
+            )
+            .with_credential(upstream_token.clone()),
+        );
 
         let shutdown = CancellationToken::new();
         let mut tasks = vec![tokio::spawn(poll::run(
@@ -118,6 +137,11 @@ impl Application {
             ))),
             None => tracing::warn!("no redis url; routing by polling only"),
         }
+        tasks.push(access::spawn_sighup_reloader(
+            access.clone(),
+            upstream_token,
+            shutdown.clone(),
+        )?);
         tasks.push(tokio::spawn(metrics_upkeep(
             metrics_handle.clone(),
             shutdown.clone(),
@@ -138,6 +162,8 @@ impl Application {
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                // Inside the request id, so refusals carry and log it.
+                .wrap(access::AccessControl::new(access.clone()))
                 .wrap_fn(crate::request_id::middleware)
                 .wrap_fn(crate::console::record)
                 .configure(routes::configure)

@@ -5,6 +5,8 @@
 //! line; [`RouterConfig`] is the validated runtime form with [`Duration`]s, which tests build
 //! directly (`RouterConfig::new`) instead of going through clap.
 
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -107,7 +109,39 @@ pub struct ServeArgs {
     /// HTTP worker threads; defaults to the number of CPUs.
     #[arg(long, env = "ROUTER_WORKERS")]
     pub workers: Option<usize>,
+
+    /// Clients allowed to call, one `NAME SCOPE[,SCOPE] SHA256_HEX [rate=N] [burst=N]` per line
+    /// (hashes, never tokens); re-read on SIGHUP. Without it authentication is off.
+    #[arg(long, env = "ROUTER_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+
+    /// File holding this router's own token (raw, one line) for the allocators, whose auth files
+    /// list its hash with the `router` scope; re-read on SIGHUP. Without it the router calls
+    /// allocators without a credential.
+    #[arg(long, env = "ROUTER_UPSTREAM_TOKEN_FILE")]
+    pub upstream_token_file: Option<PathBuf>,
+
+    /// Requests per second per client (token bucket); off when absent.
+    #[arg(long, env = "ROUTER_CLIENT_RATE")]
+    pub client_rate: Option<f64>,
+
+    /// Burst per client; default one second's worth of `--client-rate`.
+    #[arg(long, env = "ROUTER_CLIENT_BURST")]
+    pub client_burst: Option<u32>,
+
+    /// Requests in flight per client before `429`; off when absent.
+    #[arg(long, env = "ROUTER_CLIENT_CONCURRENCY")]
+    pub client_concurrency: Option<usize>,
 }
+
+/// The access flags, for refusals.
+pub const ACCESS_FLAGS: access::Flags = access::Flags {
+    auth_file: "--auth-file (ROUTER_AUTH_FILE)",
+    rate: "--client-rate (ROUTER_CLIENT_RATE)",
+    burst: "--client-burst (ROUTER_CLIENT_BURST)",
+    require_router: None,
+};
+pub const UPSTREAM_TOKEN_FLAG: &str = "--upstream-token-file (ROUTER_UPSTREAM_TOKEN_FILE)";
 
 /// Validated runtime configuration.
 #[derive(Debug, Clone)]
@@ -133,6 +167,10 @@ pub struct RouterConfig {
     /// How often the feed pings Redis; a subscription on a frozen server would otherwise look
     /// healthy forever.
     pub feed_ping_interval: Duration,
+    /// Authentication and per-client limits of this router's clients.
+    pub access: access::Settings,
+    /// This router's credential towards allocators; `None` sends none.
+    pub upstream_token_file: Option<PathBuf>,
 }
 
 impl RouterConfig {
@@ -155,6 +193,8 @@ impl RouterConfig {
             workers: None,
             feed_reconnect_max: Duration::from_secs(5),
             feed_ping_interval: Duration::from_secs(2),
+            access: access::Settings::off(),
+            upstream_token_file: None,
         }
     }
 
@@ -222,14 +262,27 @@ impl RouterConfig {
         if self.workers == Some(0) {
             bail!("--workers (ROUTER_WORKERS) must be at least 1, got 0");
         }
+        self.access
+            .validate(&ACCESS_FLAGS)
+            .map_err(anyhow::Error::msg)?;
         Ok(())
     }
 }
 
-impl From<ServeArgs> for RouterConfig {
-    fn from(args: ServeArgs) -> Self {
+impl TryFrom<ServeArgs> for RouterConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(args: ServeArgs) -> Result<Self> {
         let ms = Duration::from_millis;
-        RouterConfig {
+        let concurrency = match args.client_concurrency {
+            None => None,
+            Some(n) => Some(NonZeroUsize::new(n).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--client-concurrency (ROUTER_CLIENT_CONCURRENCY) must be at least 1, got 0"
+                )
+            })?),
+        };
+        let config = RouterConfig {
             database_url: args.database_url,
             redis_url: args.redis_url.filter(|u| !u.is_empty()),
             listen: args.listen,
@@ -244,8 +297,18 @@ impl From<ServeArgs> for RouterConfig {
             orders_db_pool_size: args.orders_db_pool_size,
             db_timeout: ms(args.db_timeout_ms),
             workers: args.workers,
+            access: access::Settings {
+                auth_file: args.auth_file,
+                rate: args.client_rate,
+                burst: args.client_burst,
+                concurrency,
+                require_router: false,
+            },
+            upstream_token_file: args.upstream_token_file,
             ..RouterConfig::new(String::new())
-        }
+        };
+        config.validate()?;
+        Ok(config)
     }
 }
 
@@ -265,7 +328,7 @@ mod tests {
         ])
         .unwrap();
         let Command::Serve(args) = cli.command;
-        let config = RouterConfig::from(args);
+        let config = RouterConfig::try_from(args).unwrap();
         let defaults = RouterConfig::new("postgres://x/y");
         assert_eq!(config.poll_interval, defaults.poll_interval);
         assert_eq!(config.retry_deadline, defaults.retry_deadline);
@@ -298,6 +361,43 @@ mod tests {
         assert!(err.contains("request deadline"), "{err}");
         config.allocator_request_timeout = Duration::from_millis(1000);
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn access_flags_parse_and_refusals_name_them() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["router", "serve", "--database-url", "postgres://x/y"];
+            argv.extend_from_slice(extra);
+            let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command;
+            RouterConfig::try_from(args)
+        };
+        let config = parse(&[
+            "--auth-file",
+            "/etc/router/auth",
+            "--upstream-token-file",
+            "/etc/router/token",
+            "--client-rate",
+            "10",
+            "--client-burst",
+            "20",
+            "--client-concurrency",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!(config.access.rate, Some(10.0));
+        assert_eq!(config.access.burst, Some(20));
+        assert_eq!(config.access.concurrency.map(NonZeroUsize::get), Some(4));
+        assert!(config.upstream_token_file.is_some());
+        assert_eq!(parse(&[]).unwrap().access, access::Settings::off());
+        let error = parse(&["--client-concurrency", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("ROUTER_CLIENT_CONCURRENCY"), "{error}");
+        let error = parse(&["--client-rate=-1"]).unwrap_err().to_string();
+        assert!(
+            error.contains("--client-rate (ROUTER_CLIENT_RATE)"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use schema::wire::{
-    Problem, HEADER_ASSIGNMENT_REVISION, HEADER_EPOCH, HEADER_EXPECTED_EPOCH, HEADER_REPLAYED,
-    HEADER_REQUEST_ID,
+    Problem, HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_EPOCH, HEADER_EXPECTED_EPOCH,
+    HEADER_REPLAYED, HEADER_REQUEST_ID,
 };
 use serde::de::DeserializeOwned;
 
@@ -164,6 +164,8 @@ pub struct Forwarder {
     http: reqwest::Client,
     cache: Arc<AssignmentCache>,
     policy: RetryPolicy,
+    /// This router's token for the allocators (scope `router`); `None` sends none.
+    credential: Option<Arc<access::UpstreamToken>>,
 }
 
 impl Forwarder {
@@ -172,7 +174,14 @@ impl Forwarder {
             http,
             cache,
             policy,
+            credential: None,
         }
+    }
+
+    /// Present `credential` on every upstream attempt.
+    pub fn with_credential(mut self, credential: Option<Arc<access::UpstreamToken>>) -> Self {
+        self.credential = credential;
+        self
     }
 
     pub fn cache(&self) -> &Arc<AssignmentCache> {
@@ -193,6 +202,31 @@ impl Forwarder {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     let timeout = remaining.min(self.policy.attempt_timeout);
                     match self.attempt(req, route, timeout).await {
+                        // The allocator refused this router's own credential: nothing was
+                        // applied, and it is not the client's token that is wrong, so the
+                        // client must not see the allocator's 401/403 as its own.
+                        Ok(resp) if matches!(resp.status, 401 | 403) => {
+                            metrics::record_upstream_auth_failure();
+                            metrics::record_forward(
+                                ForwardOutcome::Unavailable,
+                                started.elapsed().as_secs_f64(),
+                            );
+                            tracing::error!(
+                                partition = req.partition,
+                                owner_id = %route.owner_id,
+                                status = resp.status,
+                                "the allocator refused this router's credential; check \
+                                 --upstream-token-file and the allocators' auth files"
+                            );
+                            return Err(RouterError::Upstream {
+                                status: 503,
+                                outcome_unknown: false,
+                                partition: Some(req.partition),
+                                detail: "the owner refused this router's credential; nothing \
+                                         was applied"
+                                    .to_owned(),
+                            });
+                        }
                         Ok(mut resp) => {
                             resp.attempts = retries + 1;
                             let outcome = match resp.status {
@@ -311,6 +345,18 @@ impl Forwarder {
             .header(HEADER_EXPECTED_EPOCH, route.epoch.to_string());
         if let Some(id) = crate::request_id::current() {
             builder = builder.header(HEADER_REQUEST_ID, id.as_str());
+        }
+        if let Some(credential) = &self.credential {
+            // Sensitive: kept out of debug output and HTTP/2 header compression tables.
+            if let Ok(mut value) = reqwest::header::HeaderValue::from_str(&credential.header()) {
+                value.set_sensitive(true);
+                builder = builder.header(reqwest::header::AUTHORIZATION, value);
+            }
+        }
+        // The client this router authenticated; an allocator believes it only from a caller
+        // holding the `router` scope.
+        if let Some(client) = access::current_client() {
+            builder = builder.header(HEADER_CLIENT, client);
         }
         if let Some(body) = &req.body {
             builder = builder

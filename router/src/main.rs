@@ -10,7 +10,7 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init();
     match cli.command {
         Command::Serve(args) => {
-            let app = Application::build(RouterConfig::from(args)).await?;
+            let app = Application::build(RouterConfig::try_from(args)?).await?;
             let shutdown = app.shutdown_token();
             tokio::spawn(async move {
                 router::signals::wait_for_shutdown_signal().await;

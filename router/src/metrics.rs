@@ -31,6 +31,25 @@ pub const MAP_REFRESH_FAILURES_TOTAL: &str = "router_map_refresh_failures_total"
 /// `invalid`.
 pub const ORDERS_TOTAL: &str = "router_orders_total";
 
+/// Requests by `client` (the authenticated caller; `anonymous` with authentication off, `(none)`
+/// when no valid token was shown) and `outcome`: `ok`, `unauthenticated`, `forbidden`,
+/// `rate_limited`, `concurrency_limited`.
+pub const CLIENT_REQUESTS_TOTAL: &str = "router_client_requests_total";
+/// Auth file reloads (SIGHUP) by `outcome`: `ok`, `failed` (the previous table stays).
+pub const AUTH_RELOADS_TOTAL: &str = "router_auth_reloads_total";
+/// Clients in the auth table in force.
+pub const AUTH_CLIENTS: &str = "router_auth_clients";
+/// Answers of allocators that refused this router's own credential (`401`/`403`): a
+/// misconfigured `--upstream-token-file` or allocator auth file.
+pub const UPSTREAM_AUTH_FAILURES_TOTAL: &str = "router_upstream_auth_failures_total";
+
+/// The names [`access::Gate`] records under.
+pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
+    client_requests: CLIENT_REQUESTS_TOTAL,
+    auth_reloads: AUTH_RELOADS_TOTAL,
+    auth_clients: AUTH_CLIENTS,
+};
+
 /// Buckets for upstream latency: sub-millisecond local hops up to the 5 s retry deadline.
 pub const UPSTREAM_LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -154,6 +173,16 @@ fn describe() {
         "assignment map re-reads that failed"
     );
     describe_counter!(ORDERS_TOTAL, "multi-line orders by outcome");
+    describe_counter!(
+        CLIENT_REQUESTS_TOTAL,
+        "requests by client and access outcome"
+    );
+    describe_counter!(AUTH_RELOADS_TOTAL, "auth file reloads by outcome");
+    describe_gauge!(AUTH_CLIENTS, "clients in the auth table in force");
+    describe_counter!(
+        UPSTREAM_AUTH_FAILURES_TOTAL,
+        "allocator answers refusing this router's credential"
+    );
 }
 
 pub fn record_forward(outcome: ForwardOutcome, seconds: f64) {
@@ -187,4 +216,8 @@ pub fn record_map_refresh_failure(cause: RefreshCause) {
 
 pub fn record_order(outcome: &'static str) {
     counter!(ORDERS_TOTAL, "outcome" => outcome).increment(1);
+}
+
+pub fn record_upstream_auth_failure() {
+    counter!(UPSTREAM_AUTH_FAILURES_TOTAL).increment(1);
 }

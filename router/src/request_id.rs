@@ -21,10 +21,11 @@ pub fn current() -> Option<RequestId> {
 }
 
 /// Run `future` (typically spawned onto another task) as part of the current request: same id,
-/// same log span.
+/// same log span, same client (forwarded to allocators).
 pub fn propagate<F: Future>(future: F) -> impl Future<Output = F::Output> {
     let span = tracing::Span::current();
     let id = current();
+    let future = access::with_current_client(future);
     async move {
         match id {
             Some(id) => CURRENT.scope(id, future.instrument(span)).await,

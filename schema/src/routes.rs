@@ -108,7 +108,125 @@ pub fn allowed_methods(path: &str) -> Option<String> {
     (!methods.is_empty()).then(|| methods.join(", "))
 }
 
+/// A credential's permission. A caller holds a set of scopes (one line of an auth file); a route
+/// requires at most one (see [`ACCESS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// Reservations, orders and every read.
+    Reserve,
+    /// Stock adjustments (restock, shrink) and any administrative write.
+    Admin,
+    /// A router calling an allocator on behalf of the client it names in
+    /// [`crate::wire::HEADER_CLIENT`]. The router checked that client's scopes, so on an
+    /// allocator this scope stands in for every other one; a router itself grants it nothing.
+    Router,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 3] = [Scope::Reserve, Scope::Admin, Scope::Router];
+
+    /// The name used in auth files, problem details and the API document.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Scope::Reserve => "reserve",
+            Scope::Admin => "admin",
+            Scope::Router => "router",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+/// What a caller needs to be answered on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No credential: probes and scrapers must work without one. Its path is in [`OPEN_PATHS`].
+    Open,
+    /// A valid bearer token holding this scope.
+    Requires(Scope),
+}
+
+/// Every route with the access it requires: the one table both services enforce and the API
+/// document's `x-required-scope` is checked against. A route missing here is refused to everyone
+/// but admin callers at run time, and fails the test below.
+pub const ACCESS: &[(Route, Access)] = &[
+    (RESERVE, Access::Requires(Scope::Reserve)),
+    (GET_RESERVATION, Access::Requires(Scope::Reserve)),
+    (CONFIRM, Access::Requires(Scope::Reserve)),
+    (RELEASE, Access::Requires(Scope::Reserve)),
+    (GET_INVENTORY, Access::Requires(Scope::Reserve)),
+    (ADJUST, Access::Requires(Scope::Admin)),
+    (RESERVE_ORDER, Access::Requires(Scope::Reserve)),
+    (PARTITIONS, Access::Requires(Scope::Reserve)),
+    (SETTLEMENT_STATUS, Access::Requires(Scope::Reserve)),
+    (HEALTHZ, Access::Open),
+    (READYZ, Access::Open),
+    (METRICS, Access::Open),
+    (OPENAPI, Access::Open),
+    (DOCS, Access::Open),
+    // The operations page polls this without a credential; it shows what `/metrics` already
+    // does (owners, epochs, replicas, traffic), so it is open like the scrape.
+    (CLUSTER_OVERVIEW, Access::Open),
+    (UI, Access::Open),
+];
+
+/// Paths answered without a credential, whatever the method: liveness and readiness probes,
+/// the Prometheus scrape, and the API description and its viewers. A path here is open also when
+/// it is not (yet) in [`ALL`]; a prefix ending in `/` opens everything below it.
+pub const OPEN_PATHS: &[&str] = &[
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/openapi.json",
+    "/docs",
+    "/docs/",
+    "/ui",
+    "/ui/",
+    "/v1/cluster/overview",
+];
+
+/// Whether `path` (the request's path, not a template) is answered without a credential.
+pub fn is_open_path(path: &str) -> bool {
+    OPEN_PATHS.iter().any(|open| {
+        if open.len() > 1 && open.ends_with('/') {
+            path.starts_with(open)
+        } else {
+            path == *open
+        }
+    })
+}
+
+/// The access a request needs, given its method and the route template it matched (`None` when
+/// no route matched: the answer will be `404`, which any authenticated caller may see).
+///
+/// A template in the table with another method is a `405` for any authenticated caller. A
+/// template that matched a registered route but is missing from the table is refused to all but
+/// admin callers: a route added without a decision fails closed.
+pub fn access_for(method: &str, template: Option<&str>) -> Option<Access> {
+    let template = template?;
+    let mut known_path = false;
+    for (route, access) in ACCESS {
+        if route.path == template {
+            if route.method.eq_ignore_ascii_case(method) {
+                return Some(*access);
+            }
+            known_path = true;
+        }
+    }
+    (!known_path).then_some(Access::Requires(Scope::Admin))
+}
+
 impl Route {
+    /// The access this route requires, from [`ACCESS`]; a route missing there needs `admin`.
+    pub fn access(&self) -> Access {
+        ACCESS
+            .iter()
+            .find(|(route, _)| route == self)
+            .map_or(Access::Requires(Scope::Admin), |(_, access)| *access)
+    }
+
     /// Whether the allocator replica serves this route (the router serves all of them).
     pub fn served_by_allocator(&self) -> bool {
         self.served == Served::Both
@@ -154,5 +272,80 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn access_table_covers_every_route_once() {
+        for route in ALL {
+            let entries = ACCESS.iter().filter(|(r, _)| r == route).count();
+            assert_eq!(entries, 1, "{} {} in ACCESS", route.method, route.path);
+        }
+        for (route, _) in ACCESS {
+            assert!(
+                ALL.contains(route),
+                "{} {} not in ALL",
+                route.method,
+                route.path
+            );
+        }
+    }
+
+    #[test]
+    fn open_routes_are_exactly_the_open_paths_of_the_table() {
+        for route in ALL {
+            assert_eq!(
+                route.access() == Access::Open,
+                is_open_path(route.path),
+                "{} {}",
+                route.method,
+                route.path
+            );
+        }
+    }
+
+    #[test]
+    fn open_path_matching() {
+        for open in [
+            "/healthz",
+            "/metrics",
+            "/openapi.json",
+            "/docs",
+            "/ui/index.html",
+        ] {
+            assert!(is_open_path(open), "{open}");
+        }
+        for closed in [
+            "/healthz/x",
+            "/v1/reservations",
+            "/metricsx",
+            "/",
+            "/uix",
+            "/docsx",
+        ] {
+            assert!(!is_open_path(closed), "{closed}");
+        }
+    }
+
+    #[test]
+    fn access_lookup_by_template() {
+        assert_eq!(
+            access_for("POST", Some(ADJUST.path)),
+            Some(Access::Requires(Scope::Admin))
+        );
+        assert_eq!(
+            access_for("get", Some(GET_INVENTORY.path)),
+            Some(Access::Requires(Scope::Reserve))
+        );
+        // Another method on a known template: the answer is 405, no scope needed.
+        assert_eq!(access_for("DELETE", Some(ADJUST.path)), None);
+        // No route matched: 404.
+        assert_eq!(access_for("GET", None), None);
+        // A registered template nobody decided about fails closed.
+        assert_eq!(
+            access_for("POST", Some("/v1/admin/new")),
+            Some(Access::Requires(Scope::Admin))
+        );
+        assert_eq!(Scope::parse("admin"), Some(Scope::Admin));
+        assert_eq!(Scope::parse("Admin"), None);
     }
 }

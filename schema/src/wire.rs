@@ -32,6 +32,11 @@ pub const HEADER_EPOCH: &str = "X-Partition-Epoch";
 /// case-insensitive on the wire.
 pub const HEADER_REQUEST_ID: &str = "x-request-id";
 
+/// The client a router forwards a request for: the name of the line of the router's auth file
+/// that authenticated it. An allocator believes it only from a caller holding the `router` scope
+/// ([`crate::routes::Scope::Router`]) and otherwise ignores it.
+pub const HEADER_CLIENT: &str = "x-allocator-client";
+
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// Bounds on request fields, documented in the README and the OpenAPI document.
@@ -244,6 +249,9 @@ pub mod problem_type {
     pub const UPSTREAM_UNAVAILABLE: &str = "urn:allocator:problem:upstream-unavailable";
     pub const ORDER_FAILED: &str = "urn:allocator:problem:order-failed";
     pub const INTERNAL: &str = "urn:allocator:problem:internal";
+    pub const UNAUTHENTICATED: &str = "urn:allocator:problem:unauthenticated";
+    pub const FORBIDDEN: &str = "urn:allocator:problem:forbidden";
+    pub const RATE_LIMITED: &str = "urn:allocator:problem:rate-limited";
 
     /// Every problem type above, so that the API document's conformance test can require each
     /// one to be documented; a type added above belongs here too.
@@ -260,6 +268,9 @@ pub mod problem_type {
         UPSTREAM_UNAVAILABLE,
         ORDER_FAILED,
         INTERNAL,
+        UNAUTHENTICATED,
+        FORBIDDEN,
+        RATE_LIMITED,
     ];
 }
 

@@ -42,6 +42,8 @@ pub struct AppState {
     /// Flips to true after the first campaign round; `/readyz` reports it.
     pub ready: tokio::sync::watch::Receiver<bool>,
     pub shutdown: CancellationToken,
+    /// Who may call what (DESIGN.md §9); wraps every route.
+    pub access: Arc<access::Gate>,
 }
 
 impl AppState {
@@ -189,8 +191,11 @@ pub fn app(
         InitError = (),
     >,
 > {
+    let gate = state.access.clone();
     actix_web::App::new()
         .app_data(state)
+        // Innermost: a refusal is timed, counted by route and logged under the request id.
+        .wrap(access::AccessControl::new(gate))
         .wrap_fn(|request, service| {
             let started = Instant::now();
             let route = request.match_pattern().unwrap_or_else(|| "unmatched".into());

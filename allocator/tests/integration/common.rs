@@ -190,6 +190,19 @@ pub async fn wait_owns_all(replica: &TestReplica) {
     }
 }
 
+/// Wait until `replica` holds every partition by its own ownership table, without asking its
+/// API (which may require a token).
+pub async fn wait_owns_all_locally(replica: &TestReplica) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while replica.ownership.held().len() < replica.ownership.partition_count() as usize {
+        assert!(
+            Instant::now() < deadline,
+            "replica does not own every partition"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Sum of ledger deltas per column vs the inventory row; (row, ledger) for assertions.
 pub async fn ledger_balance(
     client: &tokio_postgres::Client,

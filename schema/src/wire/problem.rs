@@ -20,10 +20,13 @@ pub enum ProblemType {
     UpstreamUnavailable,
     OrderFailed,
     Internal,
+    Unauthenticated,
+    Forbidden,
+    RateLimited,
 }
 
 impl ProblemType {
-    pub const ALL: [ProblemType; 12] = [
+    pub const ALL: [ProblemType; 15] = [
         ProblemType::InvalidRequest,
         ProblemType::InsufficientStock,
         ProblemType::IdempotencyMismatch,
@@ -36,6 +39,9 @@ impl ProblemType {
         ProblemType::UpstreamUnavailable,
         ProblemType::OrderFailed,
         ProblemType::Internal,
+        ProblemType::Unauthenticated,
+        ProblemType::Forbidden,
+        ProblemType::RateLimited,
     ];
 
     /// The documented `type` URI.
@@ -53,6 +59,9 @@ impl ProblemType {
             ProblemType::UpstreamUnavailable => problem_type::UPSTREAM_UNAVAILABLE,
             ProblemType::OrderFailed => problem_type::ORDER_FAILED,
             ProblemType::Internal => problem_type::INTERNAL,
+            ProblemType::Unauthenticated => problem_type::UNAUTHENTICATED,
+            ProblemType::Forbidden => problem_type::FORBIDDEN,
+            ProblemType::RateLimited => problem_type::RATE_LIMITED,
         }
     }
 
@@ -72,6 +81,9 @@ impl ProblemType {
             ProblemType::UpstreamUnavailable => "Upstream unavailable",
             ProblemType::OrderFailed => "Order failed",
             ProblemType::Internal => "Internal error",
+            ProblemType::Unauthenticated => "Authentication required",
+            ProblemType::Forbidden => "Scope not granted",
+            ProblemType::RateLimited => "Too many requests",
         }
     }
 
@@ -92,6 +104,9 @@ impl ProblemType {
             ProblemType::UpstreamUnavailable => 503,
             ProblemType::OrderFailed => 409,
             ProblemType::Internal => 500,
+            ProblemType::Unauthenticated => 401,
+            ProblemType::Forbidden => 403,
+            ProblemType::RateLimited => 429,
         }
     }
 

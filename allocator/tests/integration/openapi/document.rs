@@ -497,3 +497,66 @@ fn each_service_document_lists_exactly_its_routes() {
         .pointer("/components/schemas/ClusterOverview")
         .is_some());
 }
+
+#[test]
+fn security_follows_the_access_table() {
+    let contract = Contract::load();
+    let scheme = contract
+        .doc
+        .pointer("/components/securitySchemes/bearer")
+        .expect("components.securitySchemes.bearer");
+    assert_eq!(scheme["type"], "http");
+    assert_eq!(scheme["scheme"], "bearer");
+    let mut failures = Vec::new();
+    for op in contract.operations() {
+        let Some(route) = routes::ALL
+            .iter()
+            .find(|r| r.method.eq_ignore_ascii_case(op.method) && r.path == op.path)
+        else {
+            failures.push(format!("{}: not in the route table", op.name()));
+            continue;
+        };
+        let security = op.op.get("security");
+        let responses = op.responses();
+        let guarded = ["401", "403", "429"].map(|s| responses.contains_key(s));
+        match route.access() {
+            routes::Access::Open => {
+                if security != Some(&json!([])) {
+                    failures.push(format!("{}: open, but security is {security:?}", op.name()));
+                }
+                if guarded.iter().any(|g| *g) {
+                    failures.push(format!("{}: open, but documents 401/403/429", op.name()));
+                }
+                if !routes::is_open_path(op.path) {
+                    failures.push(format!("{}: open but not in OPEN_PATHS", op.name()));
+                }
+            }
+            routes::Access::Requires(scope) => {
+                let expected = json!([{ "bearer": [scope.as_str()] }]);
+                if security != Some(&expected) {
+                    failures.push(format!(
+                        "{}: security is {security:?}, not {expected}",
+                        op.name()
+                    ));
+                }
+                if guarded != [true; 3] {
+                    failures.push(format!("{}: lacks one of 401, 403, 429", op.name()));
+                }
+            }
+        }
+    }
+    // What refusals carry: a challenge on 401, a wait on 429.
+    let resolved = |name: &str| {
+        contract
+            .doc
+            .pointer(&format!("/components/responses/{name}"))
+            .unwrap_or_else(|| panic!("components.responses.{name}"))
+    };
+    assert!(resolved("Unauthenticated")
+        .pointer("/headers/WWW-Authenticate")
+        .is_some());
+    assert!(resolved("TooManyRequests")
+        .pointer("/headers/Retry-After")
+        .is_some());
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}

@@ -26,6 +26,8 @@ struct Probe<'a> {
     base: String,
     failures: Vec<String>,
     seen: BTreeMap<String, BTreeSet<u16>>,
+    /// Sent as `Authorization: Bearer` when set.
+    token: Option<String>,
 }
 
 impl Probe<'_> {
@@ -53,6 +55,9 @@ impl Probe<'_> {
     ) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
         let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
         let mut request = self.http.request(method, url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
@@ -248,6 +253,7 @@ async fn a_replica_answers_as_documented() {
         base: replica.url.clone(),
         failures: Vec::new(),
         seen: BTreeMap::new(),
+        token: None,
     };
     // The route table says which operations a replica serves.
     let ops: Vec<Operation> = contract
@@ -543,4 +549,104 @@ async fn a_replica_serves_its_own_document_and_page() {
     let external = testkit::browser::external_references(&page);
     assert!(external.is_empty(), "{external:#?}");
     replica.stop().await;
+}
+
+#[tokio::test]
+async fn refusals_answer_as_documented() {
+    use access::table::hash_hex;
+    use schema::routes::{Access, Scope};
+    let contract = Contract::load();
+    let db = migrated_database(PARTITIONS).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let auth = dir.path().join("auth");
+    std::fs::write(
+        &auth,
+        format!(
+            "shop reserve {}\nops reserve,admin {}\nlimited reserve,admin {} rate=0.01 burst=1\n",
+            hash_hex(b"shop-token"),
+            hash_hex(b"ops-token"),
+            hash_hex(b"limited-token"),
+        ),
+    )
+    .expect("auth file");
+    let mut config = fast_config(&db, "openapi-auth");
+    config.access.auth_file = Some(auth);
+    let replica = TestReplica::start(config).await;
+    wait_owns_all_locally(&replica).await;
+    let mut probe = Probe {
+        contract: &contract,
+        http: http(),
+        base: replica.url.clone(),
+        failures: Vec::new(),
+        seen: BTreeMap::new(),
+        token: None,
+    };
+    let no_params = Params::new();
+    for route in routes::ALL.iter().filter(|r| r.served_by_allocator()) {
+        let Some(op) = contract
+            .operations()
+            .into_iter()
+            .find(|op| op.path == route.path && route.method.eq_ignore_ascii_case(op.method))
+        else {
+            panic!("{} {} is documented", route.method, route.path);
+        };
+        let body = op
+            .request_examples(&contract)
+            .first()
+            .map(|(_, v)| (*v).clone());
+        let Access::Requires(scope) = route.access() else {
+            probe.token = None;
+            let status = probe.call(&op, "open, no token", &no_params, None).await;
+            if status != 200 {
+                probe
+                    .failures
+                    .push(format!("{}: open route answered {status}", op.name()));
+            }
+            continue;
+        };
+        let expect = |what: &str, status: u16, expected: u16| {
+            if status != expected {
+                probe_failure(what, &op, status, expected)
+            } else {
+                None
+            }
+        };
+        let mut failures = Vec::new();
+        probe.token = None;
+        let status = probe.call(&op, "no token", &no_params, body.clone()).await;
+        failures.extend(expect("no token", status, 401));
+        probe.token = Some("unknown-token".into());
+        let status = probe
+            .call(&op, "unknown token", &no_params, body.clone())
+            .await;
+        failures.extend(expect("unknown token", status, 401));
+        if scope == Scope::Admin {
+            probe.token = Some("shop-token".into());
+            let status = probe
+                .call(&op, "reserve token", &no_params, body.clone())
+                .await;
+            failures.extend(expect("reserve token", status, 403));
+        }
+        // The client's one-request burst is spent by the first route it calls; from then on
+        // every request of it is over the rate.
+        probe.token = Some("limited-token".into());
+        probe
+            .call(&op, "within the burst", &no_params, body.clone())
+            .await;
+        let status = probe
+            .call(&op, "over the rate", &no_params, body.clone())
+            .await;
+        failures.extend(expect("over the rate", status, 429));
+        probe.failures.extend(failures);
+    }
+    let failures = std::mem::take(&mut probe.failures);
+    replica.stop().await;
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+fn probe_failure(what: &str, op: &Operation, status: u16, expected: u16) -> Option<String> {
+    Some(format!(
+        "{} ({what}): expected {expected}, got {status}",
+        op.name()
+    ))
 }

@@ -1,0 +1,407 @@
+//! The auth file and the token table read from it.
+//!
+//! One line per client, fields separated by whitespace:
+//!
+//! ```text
+//! # name      scopes          sha256 of the token (64 hex digits)                                  options
+//! orders-eu   reserve         9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+//! ops         reserve,admin   60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752 rate=5
+//! router-1    router          fd61a03af4f77d870fc21e05e7e80678095c92d808cfb3b5c279ee04c74aca13
+//! ```
+//!
+//! The file holds hashes, never tokens: whoever reads it (a backup, a config repository, a
+//! support bundle) learns nothing that lets them call the API, because tokens are random and long
+//! enough that a hash cannot be reversed by guessing. `#` starts a comment; blank lines are
+//! ignored. Options after the hash: `rate=PER_SEC` and `burst=N` override the service's
+//! per-client limits for this client.
+//!
+//! Parsing is strict: a line that does not read exactly as above, an unknown scope, a duplicate
+//! name or hash, or a file without any client is refused with the file and line, because a
+//! half-understood access list is worse than none at all.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use schema::routes::Scope;
+use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+/// Longest client name; names are metric label values and header values.
+pub const NAME_MAX_LEN: usize = 64;
+
+/// A set of [`Scope`]s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scopes(u8);
+
+impl Scopes {
+    pub const fn bit(scope: Scope) -> u8 {
+        match scope {
+            Scope::Reserve => 1,
+            Scope::Admin => 2,
+            Scope::Router => 4,
+        }
+    }
+
+    pub fn of(scopes: &[Scope]) -> Scopes {
+        Scopes(scopes.iter().fold(0, |bits, s| bits | Self::bit(*s)))
+    }
+
+    pub fn contains(self, scope: Scope) -> bool {
+        self.0 & Self::bit(scope) != 0
+    }
+}
+
+impl fmt::Display for Scopes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = Scope::ALL
+            .into_iter()
+            .filter(|s| self.contains(*s))
+            .map(Scope::as_str)
+            .collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+/// One line of the auth file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Client {
+    pub name: String,
+    pub scopes: Scopes,
+    /// Overrides the service's per-client rate (requests per second).
+    pub rate: Option<f64>,
+    /// Overrides the service's per-client burst.
+    pub burst: Option<u32>,
+}
+
+/// Why an auth file was refused. The message names the file and, for a bad line, its number.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthFileError {
+    #[error("cannot read auth file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {reason}")]
+    Line {
+        path: String,
+        line: usize,
+        reason: String,
+    },
+    #[error("{path}: lists no client; every request would be refused (omit the auth file to turn authentication off)")]
+    Empty { path: String },
+}
+
+/// The clients of one auth file, looked up by the SHA-256 of a presented token.
+#[derive(Debug, Default)]
+pub struct TokenTable {
+    entries: Vec<([u8; 32], Client)>,
+}
+
+/// Whether `name` may name a client: 1–64 of `A-Z a-z 0-9 . _ -`, so it is safe as a metric
+/// label, a log field and a header value.
+pub fn valid_name(name: &str) -> bool {
+    (1..=NAME_MAX_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn parse_hash(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in text.as_bytes().chunks(2).enumerate() {
+        let digit = |b: u8| (b as char).to_digit(16);
+        out[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
+    }
+    Some(out)
+}
+
+/// The SHA-256 of `token`, as the auth file stores it.
+pub fn hash_token(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
+}
+
+/// `hash_token` as 64 lower-case hex digits (what `sha256sum` prints).
+pub fn hash_hex(token: &[u8]) -> String {
+    hash_token(token)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl TokenTable {
+    /// Read and parse the auth file at `path`.
+    pub fn load(path: &Path) -> Result<TokenTable, AuthFileError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| AuthFileError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        TokenTable::parse(&shown, &text)
+    }
+
+    /// Parse the text of an auth file; `path` is only used in messages.
+    pub fn parse(path: &str, text: &str) -> Result<TokenTable, AuthFileError> {
+        let mut entries: Vec<([u8; 32], Client)> = Vec::new();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut hashes: HashMap<[u8; 32], usize> = HashMap::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let fail = |reason: String| AuthFileError::Line {
+                path: path.to_owned(),
+                line,
+                reason,
+            };
+            let content = raw.split('#').next().unwrap_or_default();
+            let fields: Vec<&str> = content.split_whitespace().collect();
+            if fields.is_empty() {
+                continue;
+            }
+            let [name, scopes, hash, options @ ..] = fields.as_slice() else {
+                return Err(fail(
+                    "expected `NAME SCOPE[,SCOPE] SHA256_HEX [rate=N] [burst=N]`".into(),
+                ));
+            };
+            if !valid_name(name) {
+                return Err(fail(format!(
+                    "client name {name:?} must be 1..={NAME_MAX_LEN} of A-Z a-z 0-9 . _ -"
+                )));
+            }
+            let mut parsed = Vec::new();
+            for scope in scopes.split(',') {
+                let Some(scope) = Scope::parse(scope) else {
+                    return Err(fail(format!(
+                        "unknown scope {scope:?}; known: reserve, admin, router"
+                    )));
+                };
+                if parsed.contains(&scope) {
+                    return Err(fail(format!("scope {} listed twice", scope.as_str())));
+                }
+                parsed.push(scope);
+            }
+            let Some(digest) = parse_hash(hash) else {
+                return Err(fail(
+                    "the third field must be the SHA-256 of the token as 64 hex digits \
+                     (printf %s \"$TOKEN\" | sha256sum), never the token itself"
+                        .into(),
+                ));
+            };
+            let mut client = Client {
+                name: (*name).to_owned(),
+                scopes: Scopes::of(&parsed),
+                rate: None,
+                burst: None,
+            };
+            for option in options {
+                match option.split_once('=') {
+                    Some(("rate", value)) if client.rate.is_none() => match value.parse::<f64>() {
+                        Ok(rate) if rate.is_finite() && rate > 0.0 => client.rate = Some(rate),
+                        _ => {
+                            return Err(fail(format!(
+                            "rate must be a positive number of requests per second, got {value:?}"
+                        )))
+                        }
+                    },
+                    Some(("burst", value)) if client.burst.is_none() => {
+                        match value.parse::<u32>() {
+                            Ok(burst) if burst > 0 => client.burst = Some(burst),
+                            _ => {
+                                return Err(fail(format!(
+                                    "burst must be a whole number of at least 1, got {value:?}"
+                                )))
+                            }
+                        }
+                    }
+                    _ => {
+                        return Err(fail(format!(
+                            "unknown or repeated option {option:?}; known: rate=N, burst=N"
+                        )))
+                    }
+                }
+            }
+            if let Some(first) = names.insert(client.name.clone(), line) {
+                return Err(fail(format!(
+                    "client {} is already named on line {first}",
+                    client.name
+                )));
+            }
+            if let Some(first) = hashes.insert(digest, line) {
+                return Err(fail(format!(
+                    "the same token hash is already on line {first}: one token, one client"
+                )));
+            }
+            entries.push((digest, client));
+        }
+        if entries.is_empty() {
+            return Err(AuthFileError::Empty {
+                path: path.to_owned(),
+            });
+        }
+        Ok(TokenTable { entries })
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(_, c)| c.name.as_str())
+    }
+
+    /// The client whose token is `token`.
+    ///
+    /// The presented token is hashed and compared with every entry in constant time, and the
+    /// match is selected without branching, so the time taken depends on neither which entry
+    /// matched nor how many leading bytes of a hash agreed: timing tells a caller nothing about
+    /// the table.
+    pub fn lookup(&self, token: &[u8]) -> Option<&Client> {
+        let digest = hash_token(token);
+        // 0 means none; entry i is i + 1.
+        let mut found = 0u32;
+        for (i, (hash, _)) in self.entries.iter().enumerate() {
+            let candidate = u32::try_from(i + 1).unwrap_or(u32::MAX);
+            found = u32::conditional_select(&found, &candidate, hash.ct_eq(&digest));
+        }
+        let index = usize::try_from(found).ok()?.checked_sub(1)?;
+        self.entries.get(index).map(|(_, client)| client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN_A: &str = "token-a-0123456789";
+    const TOKEN_B: &str = "token-b-0123456789";
+
+    fn file(lines: &[String]) -> String {
+        lines.join("\n")
+    }
+
+    fn parse(text: &str) -> Result<TokenTable, AuthFileError> {
+        TokenTable::parse("auth.txt", text)
+    }
+
+    fn err(text: &str) -> String {
+        parse(text).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn parses_clients_comments_and_options() {
+        let text = file(&[
+            "# clients".into(),
+            String::new(),
+            format!(
+                "orders reserve {}  # the order service",
+                hash_hex(TOKEN_A.as_bytes())
+            ),
+            format!(
+                "  ops\treserve,admin {} rate=2.5 burst=7",
+                hash_hex(TOKEN_B.as_bytes()).to_uppercase()
+            ),
+        ]);
+        let table = parse(&text).unwrap();
+        assert_eq!(table.len(), 2);
+        let a = table.lookup(TOKEN_A.as_bytes()).unwrap();
+        assert_eq!(a.name, "orders");
+        assert!(a.scopes.contains(Scope::Reserve) && !a.scopes.contains(Scope::Admin));
+        assert_eq!((a.rate, a.burst), (None, None));
+        let b = table.lookup(TOKEN_B.as_bytes()).unwrap();
+        assert_eq!(b.name, "ops");
+        assert_eq!(b.scopes.to_string(), "reserve,admin");
+        assert_eq!((b.rate, b.burst), (Some(2.5), Some(7)));
+        assert!(table.lookup(b"token-c").is_none());
+        assert!(table.lookup(b"").is_none());
+        // The hash itself is not a token.
+        assert!(table
+            .lookup(hash_hex(TOKEN_A.as_bytes()).as_bytes())
+            .is_none());
+    }
+
+    #[test]
+    fn known_vector() {
+        // printf %s test | sha256sum
+        assert_eq!(
+            hash_hex(b"test"),
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_line() {
+        let h = hash_hex(TOKEN_A.as_bytes());
+        let cases = [
+            ("a reserve".to_string(), 1, "expected"),
+            (format!("\n\nbad/name reserve {h}"), 3, "client name"),
+            (format!("a reserve,root {h}"), 1, "unknown scope"),
+            (format!("a reserve,reserve {h}"), 1, "twice"),
+            (format!("a reserve,{h}"), 1, "expected"),
+            (format!("a reserve {TOKEN_A}"), 1, "never the token itself"),
+            (format!("a reserve {}", &h[..63]), 1, "64 hex digits"),
+            (format!("a reserve {}g", &h[..63]), 1, "64 hex digits"),
+            (format!("a reserve {h} rate=0"), 1, "rate must be"),
+            (format!("a reserve {h} rate=nan"), 1, "rate must be"),
+            (format!("a reserve {h} burst=0"), 1, "burst must be"),
+            (format!("a reserve {h} rate=1 rate=2"), 1, "repeated option"),
+            (
+                format!("a reserve {h} colour=blue"),
+                1,
+                "unknown or repeated",
+            ),
+            (
+                format!("a reserve {h}\na admin {}", hash_hex(b"other")),
+                2,
+                "already named on line 1",
+            ),
+            (
+                format!("a reserve {h}\nb admin {h}"),
+                2,
+                "already on line 1",
+            ),
+        ];
+        for (text, line, words) in cases {
+            let message = err(&text);
+            assert!(
+                message.starts_with(&format!("auth.txt:{line}: ")) && message.contains(words),
+                "{text:?} → {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_without_clients_is_refused() {
+        assert!(err("# nobody\n\n").contains("lists no client"));
+        assert!(err("").contains("lists no client"));
+    }
+
+    #[test]
+    fn load_reports_the_path() {
+        let missing = TokenTable::load(Path::new("/nonexistent/auth.txt")).unwrap_err();
+        assert!(
+            missing.to_string().contains("/nonexistent/auth.txt"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn lookup_finds_every_entry_not_only_the_first() {
+        let lines: Vec<String> = (0..20)
+            .map(|i| format!("c{i} reserve {}", hash_hex(format!("tok-{i}").as_bytes())))
+            .collect();
+        let table = parse(&file(&lines)).unwrap();
+        for i in 0..20 {
+            let token = format!("tok-{i}");
+            assert_eq!(
+                table.lookup(token.as_bytes()).unwrap().name,
+                format!("c{i}")
+            );
+        }
+    }
+}
