@@ -12,6 +12,9 @@
 #                               that must be caught (ops/chaos.sh --negative-control: the step
 #                               passes when the checker finds the stale-epoch writes); .ci/run
 #                               enables it. CHAOS_SEED and CHAOS_NC_SEED change the seeds.
+#   ops/test.sh --fuzz          after the tests: schemathesis against a live router and allocator
+#                               with tokens, 60 s each (ops/fuzz.sh; FUZZ_MAX_TIME); .ci/run
+#                               enables it.
 #
 # The test run includes a few seconds of the load tool (loadtest/tests/smoke.rs: closed loop with
 # orders and expiring holds, then open loop at 40/s, against a real allocator and router on the
@@ -33,6 +36,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 lint=0
 chaos=0
+fuzz=0
 [[ "${CI:-}" == true || "${CI:-}" == 1 ]] && lint=1
 cargo_args=()
 for arg in "$@"; do
@@ -40,6 +44,7 @@ for arg in "$@"; do
         --lint) lint=1 ;;
         --no-lint) lint=0 ;;
         --chaos) chaos=1 ;;
+        --fuzz) fuzz=1 ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         *) cargo_args+=("$arg") ;;
     esac
@@ -167,6 +172,10 @@ if ((chaos)); then
     # build went unnoticed, 2 that the run itself failed.
     # shellcheck disable=SC2016 # expanded by the inner shell
     run chaos-negative-control bash -c 'rc=0; ops/chaos.sh --negative-control --seed "$1" --duration 40 || rc=$?; ((rc == 1))' _ "${CHAOS_NC_SEED:-2}"
+fi
+
+if ((fuzz)); then
+    FUZZ_SKIP_BUILD=1 run fuzz ops/fuzz.sh --max-time "${FUZZ_MAX_TIME:-60}"
 fi
 
 echo >&2

@@ -30,7 +30,7 @@ use crate::replica::ownership::Ownership;
 pub use problem::ApiError;
 use schema::assignment;
 use schema::routes;
-use schema::wire::{limits, rule_violation, HEADER_EXPECTED_EPOCH};
+use schema::wire::{limits, rule_violation, HEADER_ASSIGNMENT_REVISION, HEADER_EXPECTED_EPOCH};
 
 /// Shared by every HTTP worker; built once, outside actix's per-worker factory.
 pub struct AppState {
@@ -54,11 +54,12 @@ impl AppState {
         partition: u32,
         command: Command,
     ) -> Result<(Outcome, i64), ApiError> {
+        let expected_epoch = routing_headers(request)?;
         let dispatched = dispatch(
             &self.ownership,
             Dispatch {
                 partition,
-                expected_epoch: expected_epoch(request),
+                expected_epoch,
                 command,
                 timeout: self.request_timeout,
             },
@@ -94,14 +95,23 @@ impl AppState {
     }
 }
 
-fn expected_epoch(request: &HttpRequest) -> Option<i64> {
-    request
-        .headers()
-        .get(HEADER_EXPECTED_EPOCH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
+/// The routing headers a router sets when it forwards: the epoch it expects (returned) and the
+/// assignment revision it routed by. Both are advisory, but a value that is there and not an
+/// integer is refused rather than ignored: only a broken or hostile caller sends one.
+fn routing_headers(request: &HttpRequest) -> Result<Option<i64>, ApiError> {
+    let integer = |name: &str| -> Result<Option<i64>, ApiError> {
+        let Some(value) = request.headers().get(name) else {
+            return Ok(None);
+        };
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::InvalidRequest(format!("{name} must be an integer")))
+    };
+    integer(HEADER_ASSIGNMENT_REVISION)?;
+    integer(HEADER_EXPECTED_EPOCH)
 }
 
 fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {

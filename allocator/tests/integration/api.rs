@@ -309,6 +309,22 @@ async fn invalid_input_is_a_problem_never_a_500() {
         .unwrap();
     assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
     problem(wrong_method).await;
+    // A routing header that is there but not an integer is refused, not ignored.
+    for (header, value) in [("x-expected-epoch", ""), ("x-assignment-revision", "seven")] {
+        let garbled = http()
+            .post(format!("{base}/v1/reservations"))
+            .json(&json!({"reservation_id": "garbled", "sku": "ok-sku", "quantity": 1}))
+            .header(header, value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            garbled.status(),
+            StatusCode::BAD_REQUEST,
+            "{header}: {value:?}"
+        );
+        problem(garbled).await;
+    }
 
     // Unknown things are 404s.
     let unknown_reservation = api.confirm("nope").await;
