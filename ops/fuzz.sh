@@ -6,6 +6,9 @@
 #   ops/fuzz.sh --max-time 300      longer
 #   ops/fuzz.sh --seed N            replay a run (schemathesis prints its seed)
 #
+# Phases: examples, fuzzing and stateful sequences. The coverage phase is left out: on this
+# Python it stops at random with an internal error in hypothesis ("AST constructor recursion
+# depth mismatch"), after every case it did run had passed.
 # Every check schemathesis has runs (ops/fuzz/schemathesis.toml says which premises differ): no
 # answer may be a 5xx, and status, content type, headers and body must conform to the document.
 # Starts a private cluster (PostgreSQL, Redis, 1 allocator, 1 router) from the debug binaries
@@ -99,6 +102,7 @@ fuzz() {
     set +e
     (cd "$OPS_DIR/fuzz" && "$st" run "$url/openapi.json" \
         --checks all \
+        --phases examples,fuzzing,stateful \
         --max-time "$MAX_TIME" \
         --workers 2 \
         --request-timeout 15 \
