@@ -1,0 +1,169 @@
+//! The checker's inputs: recorded operations with the outcome a client learned, and the final
+//! database dump, read from their JSON without any of the services' types.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+/// What a client learned about one operation, derived from its HTTP status alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx: the operation took effect (or replayed one that did).
+    Acknowledged,
+    /// 4xx: the service answered that it did not apply it.
+    Refused,
+    /// No answer (timeout, connection error) or 5xx: it may or may not have been applied.
+    Unknown,
+}
+
+impl Outcome {
+    pub fn of(status: Option<i64>) -> Outcome {
+        match status {
+            Some(s) if (200..300).contains(&s) => Outcome::Acknowledged,
+            Some(s) if (400..500).contains(&s) => Outcome::Refused,
+            _ => Outcome::Unknown,
+        }
+    }
+}
+
+/// One client operation as recorded.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub kind: String,
+    pub request: Value,
+    pub status: Option<i64>,
+    pub outcome: Outcome,
+}
+
+impl Op {
+    pub fn from_json(v: &Value) -> Result<Op, String> {
+        let kind = v["kind"]
+            .as_str()
+            .ok_or_else(|| format!("history record without kind: {v}"))?
+            .to_owned();
+        let status = v["status"].as_i64();
+        Ok(Op {
+            kind,
+            request: v["request"].clone(),
+            status,
+            outcome: Outcome::of(status),
+        })
+    }
+
+    pub(super) fn id(&self, field: &str) -> &str {
+        self.request[field].as_str().unwrap_or("")
+    }
+}
+
+/// A ledger row as dumped.
+#[derive(Debug, Clone)]
+pub struct LedgerRow {
+    pub entry_id: i64,
+    pub sku: String,
+    pub partition: i64,
+    pub kind: String,
+    pub reservation_id: Option<String>,
+    pub adjustment_id: Option<String>,
+    /// on_hand, available, held, confirmed deltas.
+    pub d: [i64; 4],
+    pub epoch: i64,
+    /// `written_at` in microseconds since the Unix epoch.
+    pub written_us: i64,
+}
+
+/// The final state of the database, as dumped.
+#[derive(Debug, Clone, Default)]
+pub struct Dump {
+    /// sku → (partition, [on_hand, available, held, confirmed]).
+    pub inventory: BTreeMap<String, [i64; 4]>,
+    /// reservation id → (sku, quantity, status).
+    pub reservations: HashMap<String, (String, i64, String)>,
+    pub ledger: Vec<LedgerRow>,
+    /// adjustment id → (sku, delta, status).
+    pub adjustments: HashMap<String, (String, i64, String)>,
+    /// partition → (epoch, acquired_us), one per recorded epoch.
+    pub lease_history: HashMap<i64, Vec<(i64, i64)>>,
+}
+
+fn field_i64(v: &Value, k: &str) -> Result<i64, String> {
+    v[k].as_i64()
+        .ok_or_else(|| format!("missing integer {k} in {v}"))
+}
+
+fn field_str(v: &Value, k: &str) -> Result<String, String> {
+    v[k].as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("missing string {k} in {v}"))
+}
+
+fn rows<'a>(v: &'a Value, table: &str) -> Result<&'a Vec<Value>, String> {
+    v[table]
+        .as_array()
+        .ok_or_else(|| format!("dump has no array {table:?}"))
+}
+
+impl Dump {
+    pub fn from_json(v: &Value) -> Result<Dump, String> {
+        let mut dump = Dump::default();
+        for r in rows(v, "inventory")? {
+            dump.inventory.insert(
+                field_str(r, "sku")?,
+                [
+                    field_i64(r, "on_hand")?,
+                    field_i64(r, "available")?,
+                    field_i64(r, "held")?,
+                    field_i64(r, "confirmed")?,
+                ],
+            );
+        }
+        for r in rows(v, "reservations")? {
+            dump.reservations.insert(
+                field_str(r, "reservation_id")?,
+                (
+                    field_str(r, "sku")?,
+                    field_i64(r, "quantity")?,
+                    field_str(r, "status")?,
+                ),
+            );
+        }
+        for r in rows(v, "ledger")? {
+            dump.ledger.push(LedgerRow {
+                entry_id: field_i64(r, "entry_id")?,
+                sku: field_str(r, "sku")?,
+                partition: field_i64(r, "partition")?,
+                kind: field_str(r, "kind")?,
+                reservation_id: r["reservation_id"].as_str().map(str::to_owned),
+                adjustment_id: r["adjustment_id"].as_str().map(str::to_owned),
+                d: [
+                    field_i64(r, "d_on_hand")?,
+                    field_i64(r, "d_available")?,
+                    field_i64(r, "d_held")?,
+                    field_i64(r, "d_confirmed")?,
+                ],
+                epoch: field_i64(r, "epoch")?,
+                written_us: field_i64(r, "written_us")?,
+            });
+        }
+        for r in rows(v, "adjustments")? {
+            dump.adjustments.insert(
+                field_str(r, "adjustment_id")?,
+                (
+                    field_str(r, "sku")?,
+                    field_i64(r, "delta")?,
+                    field_str(r, "status")?,
+                ),
+            );
+        }
+        for r in rows(v, "lease_history")? {
+            // The settlement job's lease has no partition; its term fences other tables.
+            let Some(p) = r["partition"].as_i64() else {
+                continue;
+            };
+            dump.lease_history
+                .entry(p)
+                .or_default()
+                .push((field_i64(r, "epoch")?, field_i64(r, "acquired_us")?));
+        }
+        Ok(dump)
+    }
+}
