@@ -67,12 +67,14 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct PartitionsArgs {
-    #[arg(long, default_value_t = 1000)]
+    /// SKUs {prefix}-0..N (the same variable as the other subcommands' `--skus`).
+    #[arg(long, env = "LOADTEST_SKUS", default_value_t = 1000)]
     skus: usize,
-    #[arg(long, default_value = "lt")]
+    /// SKU name prefix (the same variable as the other subcommands' `--prefix`).
+    #[arg(long, env = "LOADTEST_PREFIX", default_value = "lt")]
     prefix: String,
     /// The cluster's partition count (`allocator migrate --partitions`).
-    #[arg(long)]
+    #[arg(long, env = "LOADTEST_PARTITIONS")]
     partitions: u32,
 }
 
