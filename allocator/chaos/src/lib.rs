@@ -18,3 +18,4 @@
 //! in their logic cannot hide itself by being repeated in the checker.
 
 pub mod check;
+pub mod dump;

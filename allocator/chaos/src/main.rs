@@ -8,7 +8,6 @@
 //! so the harness exits 0 whenever it could run and record the whole schedule.
 
 mod cluster;
-mod dump;
 mod faults;
 mod history;
 mod workload;
@@ -21,6 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use serde_json::json;
+
+use chaos::dump;
 
 use crate::cluster::{Cluster, ClusterSpec};
 use crate::faults::Fault;
