@@ -143,6 +143,12 @@ async fn a_database_migrated_with_data_checks_clean() {
         .await
         .expect("dump");
     write_run(dir.path());
+    // The five rows of the old run are below the horizon, the three written since are not.
+    let dump: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("dump.json")).unwrap())
+            .unwrap();
+    assert_eq!(dump["history_horizon"][0]["first_entry_id"], 6, "{dump}");
+    assert_eq!(dump["ledger"].as_array().map(Vec::len), Some(8));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_chaos-check"))
         .arg(dir.path())
         .output()
