@@ -16,6 +16,8 @@ pub struct Facts<'a> {
     single_reserves: HashMap<&'a str, Vec<(&'a str, i64)>>,
     /// Every order id of the history or the dump.
     pub order_ids: HashSet<&'a str>,
+    /// order id → its submissions in the history, in order.
+    orders_sent: HashMap<&'a str, Vec<&'a Op>>,
 }
 
 /// Where order `o`'s line `i` is stored.
@@ -58,6 +60,7 @@ impl<'a> Facts<'a> {
         }
         let mut single_reserves: HashMap<&str, Vec<(&str, i64)>> = HashMap::new();
         let mut order_ids: HashSet<&str> = dump.orders.keys().map(String::as_str).collect();
+        let mut orders_sent: HashMap<&str, Vec<&Op>> = HashMap::new();
         for op in history {
             match op.kind.as_str() {
                 "reserve" => single_reserves
@@ -69,6 +72,7 @@ impl<'a> Facts<'a> {
                     )),
                 "order" => {
                     order_ids.insert(op.id("order_id"));
+                    orders_sent.entry(op.id("order_id")).or_default().push(op);
                 }
                 _ => {}
             }
@@ -79,7 +83,13 @@ impl<'a> Facts<'a> {
             ledger_by_id,
             single_reserves,
             order_ids,
+            orders_sent,
         }
+    }
+
+    /// The history's submissions of `order`, in order.
+    pub fn submissions(&self, order: &str) -> &[&'a Op] {
+        self.orders_sent.get(order).map_or(&[], Vec::as_slice)
     }
 
     /// The ledger kinds of reservation `id`, in entry order.
@@ -95,9 +105,11 @@ impl<'a> Facts<'a> {
         self.dump.reservations.get(id).map(|r| r.status.as_str())
     }
 
-    /// Whether a single reserve was sent under `id`.
-    pub fn single_reserve_named(&self, id: &str) -> bool {
-        self.single_reserves.contains_key(id)
+    /// Whether a single reserve asked for `sku` × `quantity` under `id`.
+    pub fn single_reserve_asked(&self, id: &str, sku: &str, quantity: i64) -> bool {
+        self.single_reserves
+            .get(id)
+            .is_some_and(|asked| asked.contains(&(sku, quantity)))
     }
 
     /// Where line `index` of `order`, asked as `sku` × `quantity`, is stored.
@@ -113,11 +125,7 @@ impl<'a> Facts<'a> {
             if (stored.sku.as_str(), stored.quantity) != (sku, quantity) {
                 return Line::Foreign(id);
             }
-            let single_asked_the_same = self
-                .single_reserves
-                .get(id.as_str())
-                .is_some_and(|asked| asked.contains(&(sku, quantity)));
-            return if single_asked_the_same {
+            return if self.single_reserve_asked(&id, sku, quantity) {
                 Line::Ambiguous(id)
             } else {
                 Line::Own(id)

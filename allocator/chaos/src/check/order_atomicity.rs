@@ -17,7 +17,7 @@
 //! by payload) is that reservation's, not the order's.
 
 use super::facts::Line;
-use super::{Facts, Op, Outcome, Rule};
+use super::{Facts, Outcome, Rule};
 
 pub(super) const RULE: Rule = Rule {
     name: "order-atomicity",
@@ -29,11 +29,7 @@ fn run(facts: &Facts) -> Vec<String> {
     ids.sort_unstable();
     let mut found = Vec::new();
     for order in ids {
-        let answers: Vec<&Op> = facts
-            .history
-            .iter()
-            .filter(|op| op.kind == "order" && op.id("order_id") == order)
-            .collect();
+        let answers = facts.submissions(order);
         let stored = facts.dump.orders.get(order);
         let stored_status = stored.map(|o| o.status.as_str());
         let lines = answers

@@ -31,7 +31,8 @@ fn run(facts: &Facts) -> Vec<String> {
         if !id.starts_with("order:") && !facts.order_ids.contains(order) {
             continue;
         }
-        if single_reservation(facts, id, &r.sku, r.quantity) {
+        // A single reserve asked for exactly this payload under this id: the hold is its own.
+        if facts.single_reserve_asked(id, &r.sku, r.quantity) {
             continue;
         }
         let payload = (r.sku.clone(), r.quantity);
@@ -58,21 +59,11 @@ fn run(facts: &Facts) -> Vec<String> {
     found
 }
 
-/// A single reserve asked for exactly this payload under this id: the hold is its own.
-fn single_reservation(facts: &Facts, id: &str, sku: &str, quantity: i64) -> bool {
-    facts.single_reserve_named(id)
-        && facts.history.iter().any(|op| {
-            op.kind == "reserve"
-                && op.id("reservation_id") == id
-                && op.request["sku"].as_str() == Some(sku)
-                && op.request["quantity"].as_i64() == Some(quantity)
-        })
-}
-
 fn undecided_submission(facts: &Facts, order: &str) -> bool {
-    facts.history.iter().any(|op| {
-        op.kind == "order" && op.id("order_id") == order && op.outcome == Outcome::Unknown
-    })
+    facts
+        .submissions(order)
+        .iter()
+        .any(|op| op.outcome == Outcome::Unknown)
 }
 
 #[cfg(test)]
