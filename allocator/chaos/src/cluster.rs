@@ -21,6 +21,8 @@ pub const LEASE_TTL_MS: u64 = 2000;
 const ALLOCATOR_REQUEST_TIMEOUT_MS: u64 = 2000;
 /// Partitions of the cluster: few, so the three replicas share hot partitions' fate.
 pub const PARTITIONS: u32 = 16;
+/// Settlement window of the replicas until a `window-change` fault restarts one with another.
+pub const SETTLEMENT_WINDOW_SECS: u64 = 5;
 
 /// What the cluster is built from.
 #[derive(Debug, Clone)]
@@ -33,6 +35,8 @@ pub struct ClusterSpec {
     pub libfaketime: Option<PathBuf>,
     /// Where process logs go.
     pub log_dir: PathBuf,
+    /// The routers' auth file (`--auth-file`), if authentication is on.
+    pub auth_file: Option<PathBuf>,
 }
 
 /// One allocator replica and the proxy between it and PostgreSQL.
@@ -45,6 +49,8 @@ pub struct Allocator {
     pub skew: Option<String>,
     pub restarts: u64,
     pub rss_start: Option<u64>,
+    /// `--settlement-window-secs` of the next (re)start.
+    pub settlement_window_secs: u64,
 }
 
 impl Allocator {
@@ -129,6 +135,7 @@ impl Cluster {
                 skew: None,
                 restarts: 0,
                 rss_start: None,
+                settlement_window_secs: SETTLEMENT_WINDOW_SECS,
             });
             cluster.spawn_allocator(i, None)?;
         }
@@ -192,7 +199,7 @@ impl Cluster {
             "--http-workers",
             "2",
             "--settlement-window-secs",
-            "5",
+            &a.settlement_window_secs.to_string(),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -252,6 +259,10 @@ impl Cluster {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let mut args = args;
+        if let Some(file) = &self.spec.auth_file {
+            args.extend(["--auth-file".to_owned(), file.display().to_string()]);
+        }
         let env = vec![("RUST_LOG".to_owned(), "info".to_owned())];
         let log = self.log(&r.id);
         let process = ChildProcess::spawn(&self.spec.router_bin, args, &env, &log)?;

@@ -38,10 +38,12 @@ pub enum Fault {
     ClockSkew,
     /// SIGKILL a router, restart it on the same port.
     RouterKill,
+    /// Restart an allocator with another settlement window length (`window_change`).
+    WindowChange,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -50,6 +52,7 @@ impl Fault {
         Fault::RedisRestart,
         Fault::ClockSkew,
         Fault::RouterKill,
+        Fault::WindowChange,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +65,7 @@ impl Fault {
             Fault::RedisRestart => "redis-restart",
             Fault::ClockSkew => "clock-skew",
             Fault::RouterKill => "router-kill",
+            Fault::WindowChange => "window-change",
         }
     }
 }
@@ -248,6 +252,7 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
                 format!("sigkill, restarted after {} ms", down.as_millis()),
             )
         }
+        Fault::WindowChange => crate::window_change::inject(cluster, rng).await?,
     })
 }
 
@@ -262,7 +267,7 @@ async fn kill_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
 }
 
 /// Graceful stop (SIGTERM, releases its leases); SIGKILL if it does not exit in time.
-async fn stop_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
+pub(crate) async fn stop_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
     let a = &mut cluster.allocators[i];
     let p = a.process.as_mut().context("allocator not running")?;
     if p.try_exit_status()?.is_some() {

@@ -12,4 +12,6 @@ mod lifecycle;
 mod openapi;
 mod processes;
 mod settlement;
+mod settlement_support;
+mod settlement_takeover;
 mod testkit_smoke;
