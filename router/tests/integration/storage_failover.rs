@@ -19,7 +19,7 @@ use serde_json::json;
 use testkit::{PgServer, ReplicatedPg, Replication};
 use tokio::task::JoinHandle;
 
-use crate::common::{serial, Cluster};
+use crate::common::{metric, serial, Cluster};
 
 const PARTITIONS: u32 = 8;
 const DB: &str = "storage_failover";
@@ -49,12 +49,8 @@ impl Workload {
         let acks = Arc::new(Mutex::new(Acks::default()));
         let mut tasks = Vec::new();
         for client in 0..CLIENTS {
-            let (stop, acks, base, skus) = (
-                stop.clone(),
-                acks.clone(),
-                router.to_owned(),
-                skus.to_vec(),
-            );
+            let (stop, acks, base, skus) =
+                (stop.clone(), acks.clone(), router.to_owned(), skus.to_vec());
             tasks.push(tokio::spawn(async move {
                 let http = short_http();
                 let mut n = 0usize;
@@ -68,7 +64,7 @@ impl Workload {
                         continue;
                     }
                     record(&acks, |a| &mut a.holds, &id);
-                    if n % 3 == 0 {
+                    if n.is_multiple_of(3) {
                         let url = format!("{base}/v1/reservations/{id}/confirm");
                         if post(&http, &url, &json!({})).await == Some(200) {
                             record(&acks, |a| &mut a.confirms, &id);
@@ -77,7 +73,8 @@ impl Workload {
                 }
             }));
         }
-        let (stop2, acks2, base, skus) = (stop.clone(), acks.clone(), router.to_owned(), skus.to_vec());
+        let (stop2, acks2, base, skus) =
+            (stop.clone(), acks.clone(), router.to_owned(), skus.to_vec());
         tasks.push(tokio::spawn(async move {
             let http = short_http();
             let mut n = 0usize;
@@ -233,7 +230,14 @@ async fn cut_sessions(server: &PgServer) {
 }
 
 /// A replicated pair, two allocators and a router on it, SKUs with plenty of stock.
-async fn setup(mode: Replication) -> (ReplicatedPg, Cluster, crate::common::TestRouter, Vec<String>) {
+async fn setup(
+    mode: Replication,
+) -> (
+    ReplicatedPg,
+    Cluster,
+    crate::common::TestRouter,
+    Vec<String>,
+) {
     let pg = ReplicatedPg::start(mode).await.expect("replicated pair");
     let db_url = pg.create_database(DB).await.expect("database");
     let cluster = Cluster::start_on(DB, db_url, 2, PARTITIONS, Vec::new()).await;
@@ -248,7 +252,7 @@ async fn setup(mode: Replication) -> (ReplicatedPg, Cluster, crate::common::Test
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost() {
     let _serial = serial().await;
-    let (mut pg, _cluster, router, skus) = setup(Replication::Synchronous).await;
+    let (mut pg, cluster, router, skus) = setup(Replication::Synchronous).await;
     let load = Workload::start(&router.url, &skus);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -271,6 +275,21 @@ async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost(
         let acks = load.acks.lock().unwrap();
         acks.successes.iter().filter(|&&t| t > revived_at).count()
     };
+    // What operators see while the stale server is reachable: the router's prober reports it,
+    // and both services counted the connections they refused.
+    let stale_seen = metric(&router.url, "router_storage_stale_writable_servers").await;
+    let mut refused = metric(
+        &router.url,
+        "router_storage_refusals_total{cause=\"behind\"}",
+    )
+    .await;
+    for allocator in &cluster.allocators {
+        refused += metric(
+            &allocator.url,
+            "allocator_storage_refusals_total{cause=\"behind\"}",
+        )
+        .await;
+    }
     let acks = load.finish().await;
     let stale_writes = write_count(pg.standby()).await - stale_writes_before;
     let lost = lost_on(pg.primary(), &acks).await;
@@ -288,7 +307,11 @@ async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost(
         lost.confirms.len(),
         lost.adjustments.len(),
     );
-    assert!(first_success.is_some(), "nothing succeeded after the promotion");
+    eprintln!("stale writable servers reported: {stale_seen}; connections refused: {refused}");
+    assert!(
+        first_success.is_some(),
+        "nothing succeeded after the promotion"
+    );
     assert!(
         successes_after_revival > 0,
         "the router and allocators did not follow the promoted primary"
@@ -303,6 +326,11 @@ async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost(
         "acknowledged writes lost (answer time relative to the old primary's return): {since_revival:?}"
     );
     assert_eq!(stale_writes, 0, "the revived old primary took writes");
+    assert_eq!(stale_seen, 1.0, "the revived old primary was not reported");
+    assert!(
+        refused > 0.0,
+        "no connection to the revived old primary was refused"
+    );
     router.stop().await;
 }
 
@@ -345,7 +373,10 @@ async fn an_asynchronous_standby_loses_exactly_what_it_had_not_received() {
         lost.confirms.len(),
         lost.adjustments.len(),
     );
-    assert!(lost.total() > 0, "the window lost nothing: the test shows nothing");
+    assert!(
+        lost.total() > 0,
+        "the window lost nothing: the test shows nothing"
+    );
     for (id, at) in lost.all() {
         assert!(
             *at + SEND_SLACK > stalled_at && *at < killed_at,

@@ -87,6 +87,11 @@ impl ReplicatedPg {
         &self.nodes[self.primary]
     }
 
+    /// Mutable access to the primary, e.g. to restart it.
+    pub fn primary_mut(&mut self) -> &mut PgServer {
+        &mut self.nodes[self.primary]
+    }
+
     /// The other server: a standby, or a dead or revived old primary after a failover.
     pub fn standby(&self) -> &PgServer {
         &self.nodes[1 - self.primary]
