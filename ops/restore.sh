@@ -109,6 +109,8 @@ restore() {
         echo "recovery_target_action = 'promote'"
         ((latest)) || echo "recovery_target_time = '$target'"
         echo "primary_conninfo = ''"
+        # A synchronous standby named by the live primary does not follow the copy.
+        echo "synchronous_standby_names = ''"
     } >>"$to/data/postgresql.auto.conf"
     touch "$to/data/recovery.signal"
     if is_root; then
@@ -191,7 +193,7 @@ drill() {
     "$loadtest" run "${run[@]}" --duration-secs 5 --seed 1 >/dev/null || die "first burst of load failed"
     sleep 1
     local at
-    at="$(date -u '+%Y-%m-%d %H:%M:%S.%N+00')"
+    at="$(date -u '+%Y-%m-%d %H:%M:%S.%6N+00')"
     sleep 1
     "$loadtest" run "${run[@]}" --duration-secs 3 --seed 2 >/dev/null || die "second burst of load failed"
     local live="$PG_BIN/psql -X -At -d $DATABASE_URL -c"

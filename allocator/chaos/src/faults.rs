@@ -280,7 +280,7 @@ async fn pg_failover(cluster: &mut Cluster, rng: &mut StdRng) -> Result<(String,
     Ok((
         "postgres".into(),
         format!(
-            "primary sigkilled, standby promoted after {promoted_ms} ms{revived}, new standby              streaming after {} ms",
+            "primary sigkilled, standby promoted after {promoted_ms} ms{revived}, new standby streaming after {} ms",
             t0.elapsed().as_millis()
         ),
     ))
