@@ -105,7 +105,15 @@ restore() {
     mkdir -p "$to/sock" "$to/check"
     rm -f "$to/data/standby.signal" "$to/data/postmaster.pid"
     {
-        echo "restore_command = 'cp \"$to/wal/%f\" \"%p\" 2>/dev/null || cp \"$to/wal/%f.partial\" \"%p\"'"
+        # Recovery probes files the archive never had (timeline histories): both copies quiet.
+        echo "restore_command = 'cp \"$to/wal/%f\" \"%p\" 2>/dev/null || cp \"$to/wal/%f.partial\" \"%p\" 2>/dev/null'"
+        # Recovery refuses lower settings than the backed-up server had; its control file says.
+        "$PG_BIN/pg_controldata" "$to/data" | awk -F': *' '
+            /^max_connections setting/      { print "max_connections = " $2 }
+            /^max_worker_processes setting/ { print "max_worker_processes = " $2 }
+            /^max_wal_senders setting/      { print "max_wal_senders = " $2 }
+            /^max_prepared_xacts setting/   { print "max_prepared_transactions = " $2 }
+            /^max_locks_per_xact setting/   { print "max_locks_per_transaction = " $2 }'
         echo "recovery_target_action = 'promote'"
         ((latest)) || echo "recovery_target_time = '$target'"
         echo "primary_conninfo = ''"
@@ -164,8 +172,10 @@ restore() {
 # of load must hold exactly what was committed by then, pass the checker, and carry a new
 # identity.
 drill() {
-    local work rc=0
-    if is_root; then work="$(mktemp -d /tmp/allocator-drill.XXXXXX)"; else work="$(mktemp -d)"; fi
+    local rc=0
+    # Global: the EXIT trap runs after this function has returned.
+    if is_root; then DRILL_DIR="$(mktemp -d /tmp/allocator-drill.XXXXXX)"; else DRILL_DIR="$(mktemp -d)"; fi
+    local work="$DRILL_DIR"
     chmod 755 "$work"
     export CLUSTER_DIR="$work/cluster" CLUSTER_PRIVATE=1 CLUSTER_DB_NAME=allocator_drill
     export CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATOR_BIN="${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/debug/allocator}"
@@ -177,15 +187,17 @@ drill() {
     fi
     chaos_bins
     cleanup() {
-        [[ -f "$work/restored/data/postmaster.pid" ]] \
-            && as_pg_user "$PG_BIN/pg_ctl" -D "$work/restored/data" -m immediate stop >/dev/null 2>&1
-        "$OPS_DIR/backup.sh" stop --dir "$work/backup" >/dev/null 2>&1 || true
+        if [[ -f "$DRILL_DIR/restored/data/postmaster.pid" ]]; then
+            as_pg_user "$PG_BIN/pg_ctl" -D "$DRILL_DIR/restored/data" -m immediate stop >/dev/null 2>&1 || true
+        fi
+        "$OPS_DIR/backup.sh" stop --dir "$DRILL_DIR/backup" >/dev/null 2>&1 || true
         "$OPS_DIR/cluster.sh" down >/dev/null 2>&1 || true
-        rm -rf "$work"
+        rm -rf "$DRILL_DIR"
     }
     trap cleanup EXIT
     "$OPS_DIR/cluster.sh" up >/dev/null || die "cluster up failed"
-    load_cluster_env || die "no cluster env"
+    # shellcheck disable=SC1091
+    source "$CLUSTER_DIR/cluster.env" || die "no cluster env"
     "$OPS_DIR/backup.sh" start --url "$DATABASE_URL" --dir "$work/backup"
     local run=(--target "$ROUTER_URL" --skus 50 --prefix drill --concurrency 4 --confirm-ratio 0.4
         --release-ratio 0.3 --no-progress)
