@@ -72,9 +72,13 @@ impl Application {
             )?)),
             None => None,
         };
-        let pool = db::build_pool(&config, config.db_pool_size)?;
+        // Every configured host is read before the first map read, so a router that starts
+        // while a revived old primary is reachable again reads the newest one (DESIGN.md §13).
+        let fence = db::fence(&config)?;
+        fence.probe_all().await;
+        let pool = db::build_pool(&fence, &config, config.db_pool_size)?;
         let orders = Arc::new(OrderStore::new(
-            db::build_pool(&config, config.orders_db_pool_size)?,
+            db::build_pool(&fence, &config, config.orders_db_pool_size)?,
             config.db_timeout,
             config.order_lock_wait(),
         ));
@@ -120,11 +124,14 @@ impl Application {
         );
 
         let shutdown = CancellationToken::new();
-        let mut tasks = vec![tokio::spawn(poll::run(
-            cache.clone(),
-            config.poll_interval,
-            shutdown.clone(),
-        ))];
+        let mut tasks = vec![
+            fence.spawn_prober(shutdown.clone().cancelled_owned()),
+            tokio::spawn(poll::run(
+                cache.clone(),
+                config.poll_interval,
+                shutdown.clone(),
+            )),
+        ];
         match &config.redis_url {
             Some(url) => tasks.push(tokio::spawn(feed::run(
                 FeedConfig {

@@ -50,6 +50,36 @@ pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     auth_clients: AUTH_CLIENTS,
 };
 
+// Storage fence (DESIGN.md §13), recorded by the `storage` crate under these names.
+/// Connection attempts that reached a server the fence refused, by `cause`: `behind` (an old
+/// primary superseded by a promotion), `foreign` (another cluster, e.g. a restored copy),
+/// `not_serving` (a copy being restored).
+pub const STORAGE_REFUSALS: &str = "router_storage_refusals_total";
+/// Connection attempts that reached a read-only server (a standby) while looking for the primary.
+pub const STORAGE_READ_ONLY_CONNECTS: &str = "router_storage_read_only_connects_total";
+/// Configured servers that accept writes but are behind the newest primary: a revived old
+/// primary. Above 0 the HA manager failed to fence it.
+pub const STORAGE_STALE_WRITABLE_SERVERS: &str = "router_storage_stale_writable_servers";
+/// The newest WAL timeline and generation this process knows.
+pub const STORAGE_TIMELINE: &str = "router_storage_timeline";
+pub const STORAGE_GENERATION: &str = "router_storage_generation";
+/// The primary's largest standby replay lag, seconds (`pg_stat_replication.replay_lag`).
+pub const STORAGE_REPLICATION_LAG: &str = "router_storage_replication_lag_seconds";
+/// The primary's synchronous standbys; 0 means an acknowledged commit may exist on the primary
+/// alone.
+pub const STORAGE_SYNC_STANDBYS: &str = "router_storage_sync_standbys";
+
+/// The names [`storage::StorageFence`] records under.
+pub const STORAGE_METRICS: storage::MetricNames = storage::MetricNames {
+    refusals: STORAGE_REFUSALS,
+    read_only_connects: STORAGE_READ_ONLY_CONNECTS,
+    stale_writable_servers: STORAGE_STALE_WRITABLE_SERVERS,
+    timeline: STORAGE_TIMELINE,
+    generation: STORAGE_GENERATION,
+    replication_lag: STORAGE_REPLICATION_LAG,
+    sync_standbys: STORAGE_SYNC_STANDBYS,
+};
+
 /// Buckets for upstream latency: sub-millisecond local hops up to the 5 s retry deadline.
 pub const UPSTREAM_LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,

@@ -58,6 +58,10 @@ struct Args {
     /// Concurrent clients.
     #[arg(long, default_value_t = 6)]
     clients: usize,
+    /// Run nothing: dump the database at this URL into `--out` (with an empty history), for
+    /// `chaos-check` to judge a database on its own, such as a restored backup.
+    #[arg(long, value_name = "URL", requires = "out")]
+    dump_database: Option<String>,
 }
 
 fn sibling(name: &str) -> PathBuf {
@@ -117,6 +121,17 @@ async fn main() -> Result<()> {
         )
         .init();
     let args = Args::parse();
+    if let (Some(url), Some(out)) = (&args.dump_database, &args.out) {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .with_context(|| format!("connecting to {url}"))?;
+        tokio::spawn(connection);
+        dump::write(&client, &out.join("dump.json")).await?;
+        std::fs::write(out.join("history.jsonl"), "")?;
+        println!("dumped the database into {}", out.display());
+        return Ok(());
+    }
     let mut kinds: Vec<Fault> = if args.faults.is_empty() {
         Fault::ALL.to_vec()
     } else {

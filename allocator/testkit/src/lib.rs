@@ -5,6 +5,8 @@
 //!
 //! * [`PgServer`]: a private PostgreSQL cluster per test that can be paused (`SIGSTOP`), stopped,
 //!   killed and restarted on the same port and data directory.
+//! * [`ReplicatedPg`]: a primary with a synchronous or asynchronous streaming standby, for killing
+//!   the primary, promoting the standby, reviving the old primary and rebuilding a standby.
 //! * [`RedisServer`]: a private Redis that can be killed and brought back (empty) on the same
 //!   port.
 //! * [`TcpProxy`]: a TCP proxy between a service and its database that can delay, blackhole
@@ -34,7 +36,7 @@ mod procfs;
 
 pub use self::api_client::{Answer, ApiClient};
 pub use self::browser::Browser;
-pub use self::postgres::PgServer;
+pub use self::postgres::{PgServer, ReplicatedPg, Replication};
 pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::resident_set_kib;
 pub use self::proxy::{ProxyMode, TcpProxy};
