@@ -22,8 +22,18 @@ fn sku_owned_by(map: &PartitionMap, owner: &str, prefix: &str) -> String {
 
 /// Two allocators, `slow` behind a proxy and `fast` direct, sharing the partitions.
 async fn two_owner_cluster(name: &str) -> (Cluster, TcpProxy, PartitionMap) {
+    two_owner_cluster_with(name, Vec::new()).await
+}
+
+/// [`two_owner_cluster`] with extra environment for the `slow` allocator only.
+async fn two_owner_cluster_with(
+    name: &str,
+    slow_env: Vec<(String, String)>,
+) -> (Cluster, TcpProxy, PartitionMap) {
     let mut cluster = Cluster::start(name, 0, PARTITIONS).await;
+    cluster.allocator_env = slow_env;
     let proxy = cluster.spawn_allocator_behind_proxy("slow");
+    cluster.allocator_env = Vec::new();
     cluster.spawn_allocator("fast");
     let map = cluster
         .wait_map(Duration::from_secs(30), |m| {
@@ -215,4 +225,232 @@ async fn one_order_through_two_routers_is_decided_once() {
     println!("{placed_rounds} of {ROUNDS} rounds placed");
     impatient.stop().await;
     patient.stop().await;
+}
+
+/// The reservation's status as PostgreSQL has it (`None` when the id is unknown).
+async fn status_in_db(cluster: &Cluster, id: &str) -> Option<String> {
+    cluster
+        .db()
+        .await
+        .query_opt(
+            "SELECT status FROM reservations WHERE reservation_id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// Submit `order_id` until it is decided (anything but `503`), waiting `pause` between tries.
+async fn until_decided(base: &str, order_id: &str, lines: &Value, pause: Duration) -> (u16, Value) {
+    let mut answer = order(base, order_id, lines).await;
+    for _ in 0..8 {
+        if answer.0 != 503 {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+        answer = order(base, order_id, lines).await;
+    }
+    answer
+}
+
+/// A line's first reserve attempt commits but its answer times out; the retry of that attempt is
+/// answered `429` by the owner's per-client limit. A `429` says nothing about what an earlier
+/// attempt did, so the line must be compensated like an unknown one: once the order is decided,
+/// no line of it may stay held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_after_a_timed_out_reserve_leaves_nothing_of_a_failed_order_held() {
+    const DELAY: Duration = Duration::from_millis(1000);
+    /// Tokens per second of the slow owner's limit, and its burst.
+    const RATE: f64 = 0.5;
+    let _serial = serial().await;
+    let env = |k: &str, v: String| (k.to_owned(), v);
+    let (cluster, proxy, map) = two_owner_cluster_with(
+        "orders_429",
+        vec![
+            env("ALLOCATOR_CLIENT_RATE", RATE.to_string()),
+            env("ALLOCATOR_CLIENT_BURST", "2".to_owned()),
+        ],
+    )
+    .await;
+    let router = cluster
+        .router(|c| {
+            // Attempts time out well before the proxy delivers the answer; the retry is sent
+            // after the first attempt has landed (backoff 0.5–1 s), within the deadline.
+            c.allocator_request_timeout = Duration::from_millis(350);
+            c.upstream_request_timeout = Duration::from_millis(600);
+            c.backoff_base = Duration::from_millis(1000);
+            c.backoff_max = Duration::from_millis(1000);
+            c.retry_deadline = Duration::from_secs(4);
+        })
+        .await;
+    let slow_sku = sku_owned_by(&map, "slow", "limit-slow");
+    let fast_sku = sku_owned_by(&map, "fast", "limit-fast");
+    cluster.restock(&router.url, &slow_sku, 10).await;
+    cluster.restock(&router.url, &fast_sku, 10).await;
+    let lines = json!([{"sku": slow_sku, "quantity": 1}, {"sku": fast_sku, "quantity": 1}]);
+    let refill = Duration::from_secs_f64(2.0 / RATE + 0.5);
+
+    // A full bucket of two, minus one: the first attempt takes the last token, its retry none.
+    tokio::time::sleep(refill).await;
+    let slow = &cluster.allocators[0];
+    assert_eq!(slow.id, "slow");
+    let probe = http()
+        .get(format!(
+            "http://127.0.0.1:{}/v1/inventory/{slow_sku}",
+            slow.port
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(probe.status(), 200);
+
+    proxy.set_mode(ProxyMode::Delay(DELAY));
+    let submitted = tokio::spawn({
+        let (base, lines) = (router.url.clone(), lines.clone());
+        async move { order(&base, "limited-1", &lines).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_mode(ProxyMode::Pass);
+    let (status, body) = submitted.await.unwrap();
+    println!("first answer: {status} {body}");
+    assert_eq!(
+        body["lines"][0]["problem"]["status"], 429,
+        "the scenario needs the retry refused by the limit: {body}"
+    );
+
+    // Whatever the first answer, retried (after the bucket refills) until it is decided.
+    let (status, body) = if status == 503 {
+        until_decided(&router.url, "limited-1", &lines, refill).await
+    } else {
+        (status, body)
+    };
+    assert_eq!(status, 409, "{body}");
+    let line_ids: Vec<String> = body["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["reservation_id"].as_str().unwrap().to_owned())
+        .collect();
+    for id in &line_ids {
+        let state = status_in_db(&cluster, id).await;
+        assert_ne!(
+            state.as_deref(),
+            Some("held"),
+            "{id} of the failed order is still held: {body}"
+        );
+    }
+    // Read from the database: the slow owner's limit would refuse another request.
+    let available: i64 = cluster
+        .db()
+        .await
+        .query_one(
+            "SELECT available FROM inventory WHERE sku = $1",
+            &[&slow_sku],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(available, 10);
+    router.stop().await;
+}
+
+/// The router database session that holds an order's lock is killed while the order is being
+/// compensated. The lock is gone, so another submission may decide the order (here it places it,
+/// taking over the holds); the first submission must then send nothing more, or its late
+/// releases free lines of the placed order.
+///
+/// 17 lines: 0–15 on the slow owner, whose reserves time out (the proxy holds them), and 16 on
+/// the fast owner, which starts once line 0 is answered (16 lines are in flight at a time). The
+/// compensating releases of lines 0–15 sit in the proxy (they are cut, never delivered); the
+/// release of line 16 would only be sent when line 0's release gives up, after the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_whose_lock_session_is_killed_mid_compensation_sends_nothing_more() {
+    const LINES: usize = 17;
+    let _serial = serial().await;
+    let (cluster, proxy, map) = two_owner_cluster("orders_killed").await;
+    let first = cluster
+        .router(|c| c.retry_deadline = Duration::from_millis(1500))
+        .await;
+    let second = cluster.router(|_| {}).await;
+    let slow_sku = sku_owned_by(&map, "slow", "killed-slow");
+    let fast_sku = sku_owned_by(&map, "fast", "killed-fast");
+    cluster.restock(&second.url, &slow_sku, 100).await;
+    cluster.restock(&second.url, &fast_sku, 100).await;
+    let lines: Vec<Value> = (0..LINES)
+        .map(|i| {
+            let sku = if i < 16 { &slow_sku } else { &fast_sku };
+            json!({"sku": sku, "quantity": 1})
+        })
+        .collect();
+    let lines = Value::Array(lines);
+    let db = cluster.db().await;
+
+    // The reserves of lines 0–15 reach the slow owner after 1.2 s, later than the first
+    // router's deadline; everything sent to it after that (the releases) is held for 20 s.
+    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(1200)));
+    let submitted = tokio::spawn({
+        let (base, lines) = (first.url.clone(), lines.clone());
+        async move { order(&base, "killed-1", &lines).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_mode(ProxyMode::Delay(Duration::from_secs(20)));
+
+    // Line 16 is held once the reserve phase ends; compensation starts right after.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let held: i64 = db
+            .query_one(
+                "SELECT count(*) FROM reservations WHERE sku = $1 AND status = 'held'",
+                &[&fast_sku],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if held == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "line 16 was never held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed: i64 = db
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM (SELECT DISTINCT l.pid FROM pg_locks l \
+               JOIN pg_class c ON c.oid = l.relation \
+              WHERE c.relname = 'orders' AND l.pid <> pg_backend_pid()) s",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "the first submission's session holds the order");
+
+    // Another submission takes the order over while the first one's releases are still held.
+    proxy.set_mode(ProxyMode::Pass);
+    let (status, placed) = order(&second.url, "killed-1", &lines).await;
+    assert!(status == 201 || status == 200, "{status} {placed}");
+    // The releases the first submission sent before the kill never arrive.
+    proxy.cut_all();
+
+    let (status, body) = submitted.await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["outcome_unknown"], true, "{body}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ids: Vec<&str> = placed["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["reservation_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), LINES, "{placed}");
+    for id in ids {
+        assert_eq!(
+            status_in_db(&cluster, id).await.as_deref(),
+            Some("held"),
+            "{id} of the placed order was released by the submission that lost the lock"
+        );
+    }
+    first.stop().await;
+    second.stop().await;
 }

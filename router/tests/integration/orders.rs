@@ -220,3 +220,94 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     other_router.stop().await;
     router.stop().await;
 }
+
+/// An order stored undecided by an earlier attempt (here: under the line ids routers used before
+/// order lines had a namespace of their own): line 0 was held by that attempt, and line 1's id is
+/// taken by another client with another payload. The order is refused (`422`) and the other
+/// client's reservation stays, but the order's own hold must not: a replayed hold of an order
+/// whose stored request matched is the order's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_colliding_line_never_strands_the_orders_own_holds() {
+    let _serial = serial().await;
+    let cluster = Cluster::start("orders_collide", 2, 8).await;
+    let router = cluster.router(|_| {}).await;
+    let base = &router.url;
+    cluster.restock(base, "plum", 5).await;
+    cluster.restock(base, "apple", 5).await;
+    let lines = json!([{"sku": "plum", "quantity": 2}, {"sku": "apple", "quantity": 1}]);
+    cluster
+        .db()
+        .await
+        .execute(
+            "INSERT INTO orders (order_id, request, attempts) VALUES ($1, $2::text::jsonb, 1)",
+            &[&"o-old", &json!({ "lines": lines }).to_string()],
+        )
+        .await
+        .unwrap();
+    // What the earlier attempt left: line 0 held under its line id.
+    let earlier = router.api.reserve(&line_hold("o-old:0", "plum", 2)).await;
+    assert_eq!(earlier.status, 201);
+    // Another client's reservation under line 1's id, with another payload.
+    let other = router.api.reserve(&line_hold("o-old:1", "apple", 3)).await;
+    assert_eq!(other.status, 201);
+
+    let (status, _, body) = order(base, "o-old", lines).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["type"], problem_type::IDEMPOTENCY_MISMATCH, "{body}");
+    assert_eq!(body["lines"][1]["problem"]["status"], 422, "{body}");
+    assert_ne!(
+        status_in_db(&cluster, "o-old:0").await.as_deref(),
+        Some("held"),
+        "the order's own hold was stranded: {body}"
+    );
+    assert_eq!(available(base, "plum").await, 5);
+    assert_eq!(
+        status_in_db(&cluster, "o-old:1").await.as_deref(),
+        Some("held"),
+        "the other client's reservation is not the order's to release"
+    );
+    assert_eq!(available(base, "apple").await, 2);
+    router.stop().await;
+}
+
+/// Order line ids live in a namespace of their own: a single reservation cannot take one, through
+/// a router or directly at an allocator, so no client can occupy a line of someone's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_reservations_cannot_take_an_order_line_id() {
+    let _serial = serial().await;
+    let cluster = Cluster::start("orders_namespace", 1, 2).await;
+    let router = cluster.router(|_| {}).await;
+    cluster.restock(&router.url, "kiwi", 5).await;
+    let direct = cluster.allocators[0].url.clone();
+    for base in [router.url.as_str(), direct.as_str()] {
+        let response = http()
+            .post(format!("{base}/v1/reservations"))
+            .json(&json!({"reservation_id": "order:o-9:0", "sku": "kiwi", "quantity": 1}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, 400, "{base}: {body}");
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(body["type"], problem_type::INVALID_REQUEST, "{body}");
+        assert!(
+            body["detail"].as_str().unwrap().contains("order:"),
+            "the answer names the reserved prefix: {body}"
+        );
+    }
+    assert_eq!(available(&router.url, "kiwi").await, 5);
+    // The order itself holds its line under that id.
+    let (status, _, body) =
+        order(&router.url, "o-9", json!([{"sku": "kiwi", "quantity": 1}])).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["reservations"][0]["reservation_id"], "order:o-9:0");
+    // Reading, confirming and releasing a line by its id stays open to the client.
+    let got = router.api.reservation("order:o-9:0").await;
+    assert_eq!(got.status, 200);
+    router.stop().await;
+}
