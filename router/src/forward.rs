@@ -202,15 +202,18 @@ impl Forwarder {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     let timeout = remaining.min(self.policy.attempt_timeout);
                     match self.attempt(req, route, timeout).await {
-                        // The allocator refused this router's own credential: nothing was
-                        // applied, and it is not the client's token that is wrong, so the
-                        // client must not see the allocator's 401/403 as its own.
+                        // The allocator refused this router's own credential: this attempt
+                        // applied nothing, and it is not the client's token that is wrong, so
+                        // the client must not see the allocator's 401/403 as its own. An
+                        // earlier attempt that may have been applied stays unknown.
                         Ok(resp) if matches!(resp.status, 401 | 403) => {
                             metrics::record_upstream_auth_failure();
-                            metrics::record_forward(
-                                ForwardOutcome::Unavailable,
-                                started.elapsed().as_secs_f64(),
-                            );
+                            let outcome = if maybe_applied {
+                                ForwardOutcome::OutcomeUnknown
+                            } else {
+                                ForwardOutcome::Unavailable
+                            };
+                            metrics::record_forward(outcome, started.elapsed().as_secs_f64());
                             tracing::error!(
                                 partition = req.partition,
                                 owner_id = %route.owner_id,
@@ -220,11 +223,17 @@ impl Forwarder {
                             );
                             return Err(RouterError::Upstream {
                                 status: 503,
-                                outcome_unknown: false,
+                                outcome_unknown: maybe_applied,
                                 partition: Some(req.partition),
-                                detail: "the owner refused this router's credential; nothing \
-                                         was applied"
-                                    .to_owned(),
+                                detail: if maybe_applied {
+                                    "the owner refused this router's credential after an \
+                                     earlier attempt that may have been applied; retry with the \
+                                     same id"
+                                } else {
+                                    "the owner refused this router's credential; nothing was \
+                                     applied"
+                                }
+                                .to_owned(),
                             });
                         }
                         Ok(mut resp) => {

@@ -54,7 +54,7 @@
 
 use futures::StreamExt;
 use schema::wire::{
-    limits, validate, OrderRequest, Problem, Quantity, Reservation, ReservationId,
+    limits, validate, OrderRequest, Problem, ProblemType, Quantity, Reservation, ReservationId,
     ReservationStatus, ReserveRequest, Sku,
 };
 use serde::Serialize;
@@ -170,15 +170,17 @@ impl LineReport {
     /// an earlier attempt of the order. Refused and inactive lines hold nothing under this id;
     /// confirmed lines cannot be released.
     ///
-    /// When the order id was reused with another payload (`mismatch`), only holds this request
-    /// created are released: replayed holds belong to the order as first placed, which this
-    /// request must not undo.
+    /// A replayed hold is this order's own even when another line collided (`mismatch`): the
+    /// order's stored request matched before anything was reserved, so the hold was made by an
+    /// earlier attempt of this very order. Only a line whose reserve got no definitive answer is
+    /// left alone after a collision: its id may be someone else's (possible only for line ids of
+    /// the form used before order lines had their own namespace), and the order stays undecided
+    /// until a retry knows more.
     pub fn needs_release(&self, mismatch: bool) -> bool {
         match self.outcome {
             LineOutcome::Held => true,
-            _ if mismatch => false,
-            LineOutcome::Unknown | LineOutcome::Unavailable => true,
             LineOutcome::Replayed => self.status != Some(ReservationStatus::Confirmed),
+            LineOutcome::Unknown | LineOutcome::Unavailable => !mismatch,
             LineOutcome::Inactive | LineOutcome::Refused => false,
         }
     }
@@ -197,7 +199,9 @@ impl LineReport {
     /// The allocator refused the line because its id exists with another payload.
     pub fn is_mismatch(&self) -> bool {
         self.outcome == LineOutcome::Refused
-            && self.problem.as_ref().is_some_and(|p| p.status == 422)
+            && self.problem.as_ref().is_some_and(|p| {
+                p.status == 422 && p.kind == ProblemType::IdempotencyMismatch.uri()
+            })
     }
 }
 

@@ -36,14 +36,18 @@ pub fn classify_reserve(report: &mut LineReport, answer: Result<&UpstreamRespons
                 report.problem = Some(upstream_problem(resp, "unreadable reservation body"));
             }
         },
-        Ok(resp) if (400..500).contains(&resp.status) => {
-            report.outcome = LineOutcome::Refused;
-            report.problem = Some(upstream_problem(resp, "refused"));
-        }
         Ok(resp) => {
-            // A 5xx the forwarder does not retry: the allocator failed in an unknown state.
-            report.outcome = LineOutcome::Unknown;
-            report.problem = Some(upstream_problem(resp, "upstream error"));
+            let problem = upstream_problem(resp, "refused");
+            // Only an answer that proves nothing is held under the line's id settles it as
+            // refused. Anything else (a 429 or 401/403 from a limit or a credential, a 408, a
+            // 413, a 5xx the forwarder does not retry) says nothing about what an earlier
+            // attempt of the same request did, so the line may be held: it is compensated.
+            report.outcome = if proves_nothing_held(resp.status, &problem) {
+                LineOutcome::Refused
+            } else {
+                LineOutcome::Unknown
+            };
+            report.problem = Some(problem);
         }
         Err(err) => {
             report.outcome = match err {
@@ -56,6 +60,22 @@ pub fn classify_reserve(report: &mut LineReport, answer: Result<&UpstreamRespons
             report.problem = Some(err.problem());
         }
     }
+}
+
+/// Whether a reserve's final answer proves that nothing is held under its id, now or later: the
+/// allocator decided the id itself. `409 insufficient-stock` is stored under the id (a late
+/// duplicate replays it); `404 not-found` means the SKU is unknown, so no attempt of this line
+/// could have held it; `422 idempotency-mismatch` means the id holds another payload, which this
+/// line never held. The problem type must match too: a `409`, `404` or `422` of another kind
+/// (from a proxy, or a refusal before the id was looked at) proves nothing.
+fn proves_nothing_held(status: u16, problem: &Problem) -> bool {
+    let kind = match status {
+        409 => ProblemType::InsufficientStock,
+        404 => ProblemType::NotFound,
+        422 => ProblemType::IdempotencyMismatch,
+        _ => return false,
+    };
+    problem.kind == kind.uri()
 }
 
 /// Classify the release answer for a line whose reserve ended as `reserved`.
@@ -230,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reused_order_id_only_undoes_its_own_new_holds() {
+    fn a_collision_releases_the_orders_own_holds_but_not_unknown_lines() {
         let mut mismatch = report(0, LineOutcome::Refused);
         mismatch.problem = Some(Problem {
             kind: problem_type::IDEMPOTENCY_MISMATCH.to_owned(),
@@ -238,9 +258,11 @@ mod tests {
             ..Problem::default()
         });
         assert!(mismatch.is_mismatch());
+        // Held by an earlier attempt of this order (its stored request matched): its own.
         let mut replayed = report(1, LineOutcome::Replayed);
         replayed.status = Some(ReservationStatus::Held);
-        assert!(!replayed.needs_release(true));
+        assert!(replayed.needs_release(true));
+        replayed.compensation = Some(Compensation::Released);
         assert!(!report(2, LineOutcome::Unknown).needs_release(true));
         let mut new = report(3, LineOutcome::Held);
         assert!(new.needs_release(true));
@@ -251,6 +273,74 @@ mod tests {
                 assert_eq!(p.problem.kind, problem_type::IDEMPOTENCY_MISMATCH);
             }
             other => panic!("{other:?}"),
+        }
+        // A 422 of another kind is no collision.
+        let mut other = report(0, LineOutcome::Refused);
+        other.problem = Some(Problem {
+            kind: problem_type::INVALID_REQUEST.to_owned(),
+            status: 422,
+            ..Problem::default()
+        });
+        assert!(!other.is_mismatch());
+    }
+
+    fn answer(status: u16, kind: Option<ProblemType>) -> UpstreamResponse {
+        let body = match kind {
+            Some(kind) => serde_json::to_vec(&Problem::new(kind, "x").with_status(status)),
+            None => Ok(b"<html>busy</html>".to_vec()),
+        };
+        UpstreamResponse {
+            status,
+            headers: Vec::new(),
+            body: body.unwrap().into(),
+            route: crate::assignment_cache::Route {
+                partition: 0,
+                owner_id: "a".into(),
+                owner_url: "http://a".into(),
+                epoch: 1,
+                map_revision: 1,
+            },
+            attempts: 2,
+        }
+    }
+
+    #[test]
+    fn only_answers_that_prove_nothing_is_held_refuse_a_line() {
+        use ProblemType as T;
+        let refusals = [
+            (409, T::InsufficientStock),
+            (404, T::NotFound),
+            (422, T::IdempotencyMismatch),
+        ];
+        for (status, kind) in refusals {
+            let mut line = report(0, LineOutcome::Unknown);
+            classify_reserve(&mut line, Ok(&answer(status, Some(kind))));
+            assert_eq!(line.outcome, LineOutcome::Refused, "{status} {kind:?}");
+            assert_eq!(line.problem.unwrap().status, status);
+        }
+        let unknown = [
+            (429, Some(T::RateLimited)),
+            (401, Some(T::Unauthenticated)),
+            (403, Some(T::Forbidden)),
+            (408, None),
+            (413, Some(T::InvalidRequest)),
+            (400, Some(T::InvalidRequest)),
+            (409, Some(T::InvalidState)),
+            (404, None),
+            (422, Some(T::InvalidRequest)),
+            (500, Some(T::Internal)),
+            (502, None),
+        ];
+        for (status, kind) in unknown {
+            let mut line = report(0, LineOutcome::Held);
+            classify_reserve(&mut line, Ok(&answer(status, kind)));
+            assert_eq!(line.outcome, LineOutcome::Unknown, "{status} {kind:?}");
+            // The allocator's answer is kept for the client, or described when it is no problem.
+            assert_eq!(line.problem.as_ref().unwrap().status, status, "{status}");
+            assert!(
+                line.needs_release(false),
+                "{status}: an unknown line is compensated"
+            );
         }
     }
 
@@ -297,11 +387,13 @@ mod settlement_tests {
     }
 
     fn refused(index: usize, status: u16) -> LineReport {
+        let kind = match status {
+            409 => ProblemType::InsufficientStock,
+            422 => ProblemType::IdempotencyMismatch,
+            _ => ProblemType::NotFound,
+        };
         let mut line = report(index, LineOutcome::Refused);
-        line.problem = Some(Problem {
-            status,
-            ..Problem::default()
-        });
+        line.problem = Some(Problem::new(kind, "refused").with_status(status));
         line
     }
 
