@@ -26,7 +26,7 @@ use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use schema::wire::{
     Problem, HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_EPOCH, HEADER_EXPECTED_EPOCH,
-    HEADER_REPLAYED, HEADER_REQUEST_ID,
+    HEADER_ORDER_LINE, HEADER_REPLAYED, HEADER_REQUEST_ID,
 };
 use serde::de::DeserializeOwned;
 
@@ -78,6 +78,8 @@ pub struct UpstreamRequest {
     pub partition: u32,
     /// For logs only.
     pub reservation_id: Option<String>,
+    /// The reserve of an order line: sent with [`HEADER_ORDER_LINE`].
+    pub order_line: bool,
 }
 
 impl UpstreamRequest {
@@ -88,6 +90,7 @@ impl UpstreamRequest {
             body: None,
             partition,
             reservation_id: None,
+            order_line: false,
         }
     }
 
@@ -108,6 +111,12 @@ impl UpstreamRequest {
 
     pub fn reservation(mut self, id: &str) -> Self {
         self.reservation_id = Some(id.to_owned());
+        self
+    }
+
+    /// Mark the request as the reserve of an order line.
+    pub fn order_line(mut self) -> Self {
+        self.order_line = true;
         self
     }
 }
@@ -366,6 +375,9 @@ impl Forwarder {
         // holding the `router` scope.
         if let Some(client) = access::current_client() {
             builder = builder.header(HEADER_CLIENT, client);
+        }
+        if req.order_line {
+            builder = builder.header(HEADER_ORDER_LINE, "true");
         }
         if let Some(body) = &req.body {
             builder = builder

@@ -11,14 +11,15 @@
 //!    waits for the lock and then replays the stored answer, so two submissions can never
 //!    decide one order differently (one answering "placed" for holds the other released). An
 //!    order id stored with other lines is refused with `422` before anything is reserved.
-//! 1. **Reserve.** Line `i` is reserved under the id `{order_id}:{i}` ([`line_reservation_id`]),
-//!    all lines concurrently, each through the normal retrying forwarder. The id depends only on
-//!    the order id and the line's position, so a retry of the same order reserves the *same* ids
-//!    and gets the stored outcomes back instead of taking stock twice. (The SKU is not part of the
-//!    id: with a 200-byte order id and a 64-byte SKU the id could exceed the 255-byte limit, and
-//!    leaving it out means a line id reused with another payload is refused with `422` instead of
-//!    silently holding something else.) Two lines for the same SKU are fine: they have different
-//!    indexes.
+//! 1. **Reserve.** Line `i` is reserved under the id `order:{order_id}:{i}`
+//!    ([`line_reservation_id`]), all lines concurrently, each through the normal retrying
+//!    forwarder. The id depends only on the order id and the line's position, so a retry of the
+//!    same order reserves the *same* ids and gets the stored outcomes back instead of taking stock
+//!    twice. (The SKU is not part of the id: with a 200-byte order id and a 64-byte SKU the id
+//!    could exceed the 255-byte limit.) Two lines for the same SKU are fine: they have different
+//!    indexes. Ids starting with `order:` are a namespace single reservations cannot use (routers
+//!    and allocators refuse them on `POST /v1/reservations`; an allocator accepts one only from a
+//!    router marking an order line), so no client can occupy a line of someone's order.
 //! 2. **Decide.** If every line is held (newly or by an earlier attempt of this order), the order
 //!    succeeds: `201` with all reservations.
 //! 3. **Compensate.** Otherwise every line that is or may be held — held now, replayed as held,
@@ -30,12 +31,14 @@
 //!    settled (or a release could not be confirmed), the answer is `503 upstream-unavailable`
 //!    with `outcome_unknown: true`: the client retries the order with the same id, the retry's
 //!    reserve of that line gets a definitive answer, and its release then settles it.
-//! 4. **Line ids taken by something else.** If a line is refused with `422` (its id exists with
-//!    another SKU or quantity, e.g. reserved directly under that id), the answer is `422
-//!    idempotency-mismatch`, and only holds *this* request created are released: replayed holds
-//!    are not this order's to undo. Lines whose outcome is unknown are then not released either
-//!    (they may be the other owner's), so they leave the order unsettled (`503`) until a retry
-//!    knows more.
+//! 4. **Line ids taken by something else.** This can only happen to an order an earlier version
+//!    left undecided under the line ids of that version, `{order_id}:{i}` ([`LineIds::Legacy`]),
+//!    which any client could also reserve. If a line is refused with `422` (its id exists with
+//!    another SKU or quantity), the answer is `422 idempotency-mismatch`. Every hold of the order
+//!    is still released — held now or replayed from an earlier attempt: the order's stored
+//!    request matched, so those holds are this order's own — but lines whose outcome is unknown
+//!    are not (their id may be the other client's), so they leave the order unsettled (`503`)
+//!    until a retry knows more.
 //!
 //! **Retries converge.** A decided order (`201`, `409`, `422`) replays its stored answer, with
 //! `Idempotent-Replayed: true` (a placed order replays as `200`). An order answered `503`
@@ -69,17 +72,40 @@ pub mod store;
 
 pub use decide::{classify_release, classify_reserve, decide};
 
-/// Longest order id; leaves room for `:{index}` within the 255-byte reservation id limit.
+/// Longest order id; leaves room for `order:` and `:{index}` within the 255-byte reservation id
+/// limit.
 pub const ORDER_ID_MAX_LEN: usize = 200;
 /// Lines reserved (or released) at the same time.
 const LINE_CONCURRENCY: usize = 16;
 
-/// The reservation id of line `index` of order `order_id`.
+/// The reservation id of line `index` of order `order_id`: `order:{order_id}:{index}`
+/// ([`schema::wire::order_line_id`]), in the namespace single reservations cannot use.
 ///
 /// Injective: the index is the decimal suffix after the last `:`, so two (order, line) pairs never
 /// share an id.
 pub fn line_reservation_id(order_id: &str, index: usize) -> String {
-    format!("{order_id}:{index}")
+    schema::wire::order_line_id(order_id, index)
+}
+
+/// Which form an order's line ids take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineIds {
+    /// `order:{order_id}:{i}` ([`line_reservation_id`]): every order placed by this version.
+    Namespaced,
+    /// `{order_id}:{i}`, the form of earlier versions, outside the namespace. Used only to finish
+    /// an order that an earlier version left undecided with lines under it ([`store`] decides),
+    /// so that the retry replays and compensates those holds instead of holding the lines a
+    /// second time.
+    Legacy,
+}
+
+impl LineIds {
+    pub fn id(self, order_id: &str, index: usize) -> String {
+        match self {
+            LineIds::Namespaced => line_reservation_id(order_id, index),
+            LineIds::Legacy => format!("{order_id}:{index}"),
+        }
+    }
 }
 
 /// Check what the order's types cannot: the order id and the number of lines (each line's SKU
@@ -258,6 +284,7 @@ pub async fn place<F, Fut>(
     forwarder: &Forwarder,
     order_id: &str,
     order: &OrderRequest,
+    ids: LineIds,
     partition_of: impl Fn(&str) -> u32,
     may_compensate: F,
 ) -> OrderResult
@@ -273,7 +300,7 @@ where
             index,
             sku: line.sku.clone(),
             quantity: line.quantity,
-            reservation_id: line_reservation_id(order_id, index),
+            reservation_id: ids.id(order_id, index),
             outcome: LineOutcome::Unknown,
             status: None,
             problem: None,
@@ -299,9 +326,12 @@ where
             async move {
                 let request = request
                     .map_err(|e| RouterError::Internal(format!("line reservation id: {e}")))?;
-                let req = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
+                let mut req = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
                     .reservation(&request.reservation_id)
                     .json(&request)?;
+                if ids == LineIds::Namespaced {
+                    req = req.order_line();
+                }
                 forwarder.forward(&req).await
             }
         }))
@@ -384,8 +414,11 @@ mod tests {
 
     #[test]
     fn line_ids_are_deterministic_and_distinct() {
-        assert_eq!(line_reservation_id("order-7", 0), "order-7:0");
-        assert_eq!(line_reservation_id("order-7", 12), "order-7:12");
+        assert_eq!(line_reservation_id("order-7", 0), "order:order-7:0");
+        assert_eq!(line_reservation_id("order-7", 12), "order:order-7:12");
+        assert_eq!(LineIds::Namespaced.id("o", 3), line_reservation_id("o", 3));
+        assert_eq!(LineIds::Legacy.id("o", 3), "o:3");
+        assert!(!schema::wire::is_order_line_id(&LineIds::Legacy.id("o", 3)));
         assert_eq!(
             line_reservation_id("order-7", 3),
             line_reservation_id("order-7", 3)

@@ -262,8 +262,8 @@ impl Workload {
                     )
                     .await;
                 if status.is_some_and(|s| (200..300).contains(&s)) {
-                    // Line i of an order is reservation `{order_id}:{i}`.
-                    pending.extend((0..count).map(|i| format!("{order_id}:{i}")));
+                    // Line i of an order is reservation `order:{order_id}:{i}`.
+                    pending.extend((0..count).map(|i| schema::wire::order_line_id(&order_id, i)));
                 }
             }
             if pending.len() > MAX_PENDING {

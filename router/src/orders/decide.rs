@@ -362,7 +362,7 @@ mod tests {
         assert_eq!(json["status"], 409);
         assert_eq!(json["order_id"], "o-1");
         assert_eq!(json["lines"][0]["outcome"], "refused");
-        assert_eq!(json["lines"][0]["reservation_id"], "o-1:0");
+        assert_eq!(json["lines"][0]["reservation_id"], "order:o-1:0");
         assert_eq!(json["lines"][0]["problem"]["available"], 2);
     }
 }

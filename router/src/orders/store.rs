@@ -29,7 +29,7 @@ use deadpool_postgres::Pool;
 use schema::wire::{OrderRequest, Problem, ProblemType, TtlSeconds};
 use tokio_postgres::error::SqlState;
 
-use super::{OrderProblem, OrderResult};
+use super::{LineIds, OrderProblem, OrderResult};
 use crate::db::{bounded, DbError};
 use crate::forward::Forwarder;
 
@@ -108,7 +108,7 @@ impl OrderStore {
             .await?;
             Ok(tx
                 .query_one(
-                    "SELECT request::text, status, response_status, response::text \
+                    "SELECT request::text, status, response_status, response::text, attempts \
                        FROM orders WHERE order_id = $1 FOR UPDATE",
                     &[&order_id],
                 )
@@ -147,7 +147,13 @@ impl OrderStore {
             });
         }
 
-        let result = super::place(forwarder, order_id, order, partition_of, || async {
+        let attempts: i32 = row.get(4);
+        let ids = if attempts > 0 {
+            bounded(t, line_ids(&tx, order_id, order.lines.len())).await?
+        } else {
+            LineIds::Namespaced
+        };
+        let result = super::place(forwarder, order_id, order, ids, partition_of, || async {
             // Before releasing anything: is the lock still ours?
             bounded(t, async { Ok(tx.query_one("SELECT 1", &[]).await?) })
                 .await
@@ -182,6 +188,37 @@ impl OrderStore {
             }
         }
     }
+}
+
+/// The line ids to use for an order earlier attempts left undecided: the form of an earlier
+/// version ([`LineIds::Legacy`]) if that attempt left any reservation under it, so that this
+/// attempt replays and compensates those holds rather than holding the lines a second time.
+async fn line_ids(
+    tx: &deadpool_postgres::Transaction<'_>,
+    order_id: &str,
+    lines: usize,
+) -> Result<LineIds, DbError> {
+    let legacy: Vec<String> = (0..lines)
+        .map(|i| LineIds::Legacy.id(order_id, i))
+        .collect();
+    let found: bool = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM reservations WHERE reservation_id = ANY($1))",
+            &[&legacy],
+        )
+        .await?
+        .get(0);
+    if found {
+        tracing::info!(
+            order_id,
+            "finishing an order begun under the earlier line-id form"
+        );
+    }
+    Ok(if found {
+        LineIds::Legacy
+    } else {
+        LineIds::Namespaced
+    })
 }
 
 /// Same lines, and the same effective ttl (an omitted ttl is the default one, as for a single

@@ -403,3 +403,69 @@ async fn a_refused_credential_after_a_timed_out_attempt_leaves_the_outcome_unkno
     assert_eq!(problem.outcome_unknown, Some(true), "{problem:?}");
     router.stop().await;
 }
+
+/// With authentication on, an allocator takes an id in the order-line namespace only from a
+/// router marking an order line: a client calling it directly cannot, header or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_router_may_place_an_order_line_at_an_allocator() {
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let allocator_auth = dir.path().join("allocator-auth");
+    auth_file(
+        &allocator_auth,
+        &[
+            ("router-1", "router", ROUTER),
+            ("ops", "reserve,admin", OPS),
+        ],
+    );
+    let cluster = Cluster::start_with_env(
+        "auth-lines",
+        1,
+        2,
+        vec![(
+            "ALLOCATOR_AUTH_FILE".into(),
+            allocator_auth.display().to_string(),
+        )],
+    )
+    .await;
+    let direct = cluster.allocators[0].url.clone();
+    use reqwest::Method;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let restock = json!({"adjustment_id": "lines-restock", "delta": 10});
+    let adjust = format!("{direct}/v1/inventory/lines-1/adjustments");
+    while !send(Method::POST, &adjust, Some(OPS), Some(restock.clone()))
+        .await
+        .0
+        .is_success()
+    {
+        assert!(Instant::now() < deadline, "restock kept failing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reserve = |token: &'static str, marked: bool, id: &'static str| {
+        let mut request = http()
+            .post(format!("{direct}/v1/reservations"))
+            .bearer_auth(token)
+            .json(&json!({"reservation_id": id, "sku": "lines-1", "quantity": 1}));
+        if marked {
+            request = request.header(schema::wire::HEADER_ORDER_LINE, "true");
+        }
+        async move {
+            let response = request.send().await.expect("reserve");
+            let status = response.status();
+            (status, response.text().await.unwrap_or_default())
+        }
+    };
+    for marked in [false, true] {
+        let (status, body) = reserve(OPS, marked, "order:lines:0").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "marked {marked}: {body}");
+        assert!(body.contains(problem_type::INVALID_REQUEST), "{body}");
+    }
+    // Unmarked, not even a router places one (only its orders mark their lines).
+    let (status, body) = reserve(ROUTER, false, "order:lines:0").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = reserve(ROUTER, true, "order:lines:0").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Ids outside the namespace are anyone's.
+    let (status, body) = reserve(OPS, true, "lines:0").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}

@@ -103,7 +103,7 @@ async fn a_reserve_landing_after_its_release_never_hides_behind_a_definite_409()
     let mut exercised = 0;
     for round in 0..ROUNDS {
         let order_id = format!("late-{round}");
-        let slow_line = format!("{order_id}:0");
+        let slow_line = schema::wire::order_line_id(&order_id, 0);
         // The reserve to the slow owner is read by the proxy and held for DELAY; everything
         // sent after the switch back (the release) passes at once.
         proxy.set_mode(ProxyMode::Delay(DELAY));
@@ -211,7 +211,7 @@ async fn one_order_through_two_routers_is_decided_once() {
         if !placed.is_empty() {
             placed_rounds += 1;
             for index in 0..2 {
-                let id = format!("{order_id}:{index}");
+                let id = schema::wire::order_line_id(&order_id, index);
                 let r = reservation(&patient.url, &id).await;
                 assert_eq!(
                     r.as_ref().map(|r| r.status),

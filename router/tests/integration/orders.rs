@@ -2,7 +2,9 @@
 //! compensation, retries converging, and an order "resumed" after a router died mid-way.
 
 use crate::common::{http, serial, Cluster};
-use schema::wire::{problem_type, Reservation, ReservationStatus, ReserveRequest};
+use schema::wire::{
+    problem_type, Reservation, ReservationStatus, ReserveRequest, HEADER_ORDER_LINE,
+};
 use serde_json::{json, Value};
 use testkit::ApiClient;
 
@@ -33,6 +35,17 @@ fn line_hold(reservation_id: &str, sku: &str, quantity: i64) -> ReserveRequest {
         quantity: quantity.try_into().expect("valid quantity"),
         ttl_seconds: None,
     }
+}
+
+/// The URL of the allocator owning `sku`'s partition.
+async fn owner_url(cluster: &Cluster, sku: &str) -> String {
+    let map = cluster.map().await;
+    let partition = schema::partition::partition_for(sku, map.partition_count);
+    map.partitions
+        .iter()
+        .find(|p| p.partition == partition)
+        .and_then(|p| p.owner_url.clone())
+        .expect("an owner")
 }
 
 async fn status_in_db(cluster: &Cluster, id: &str) -> Option<String> {
@@ -68,7 +81,7 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
         .iter()
         .map(|r| r.reservation_id.as_str())
         .collect();
-    assert_eq!(ids, ["o-1:0", "o-1:1"]);
+    assert_eq!(ids, ["order:o-1:0", "order:o-1:1"]);
     assert!(reservations
         .iter()
         .all(|r| r.status == ReservationStatus::Held));
@@ -108,11 +121,11 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(available(base, "apple").await, 8);
     assert_eq!(available(base, "plum").await, 5);
     assert_eq!(
-        status_in_db(&cluster, "o-2:0").await.as_deref(),
+        status_in_db(&cluster, "order:o-2:0").await.as_deref(),
         Some("released")
     );
     assert_eq!(
-        status_in_db(&cluster, "o-2:2").await.as_deref(),
+        status_in_db(&cluster, "order:o-2:2").await.as_deref(),
         Some("rejected")
     );
 
@@ -146,9 +159,19 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(available(base, "plum").await, 5);
 
     // 7. A router that died mid-order: line 0 was reserved, nothing else happened. The client
-    //    retries the order (through any router) and it converges to a complete order.
-    let line0 = router.api.reserve(&line_hold("o-5:0", "plum", 2)).await;
-    assert_eq!(line0.status, 201);
+    //    retries the order (through any router) and it converges to a complete order. (Line 0 is
+    //    reserved as a router does it: at its owner, marked as an order line.)
+    let line0 = http()
+        .post(format!(
+            "{}/v1/reservations",
+            owner_url(&cluster, "plum").await
+        ))
+        .header(HEADER_ORDER_LINE, "true")
+        .json(&line_hold("order:o-5:0", "plum", 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(line0.status(), 201);
     let other_router = cluster.router(|_| {}).await;
     let (status, replayed, body) = order(
         &other_router.url,
@@ -187,16 +210,16 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["type"], problem_type::IDEMPOTENCY_MISMATCH);
     assert_eq!(body["lines"], json!([]));
-    assert_eq!(status_in_db(&cluster, "o-5:2").await, None);
+    assert_eq!(status_in_db(&cluster, "order:o-5:2").await, None);
     assert_eq!(available(base, "plum").await, 3);
     assert_eq!(available(base, "apple").await, 7);
     assert_eq!(
-        status_in_db(&cluster, "o-5:1").await.as_deref(),
+        status_in_db(&cluster, "order:o-5:1").await.as_deref(),
         Some("held")
     );
 
-    // 9. A line id already taken by a reservation with another payload (reserved directly under
-    //    that id): 422, the other reservation is left alone, this order's new hold is released.
+    // 9. A reservation made directly under the id a line had before order lines got their own
+    //    namespace collides with nothing: the order is placed.
     let direct = router.api.reserve(&line_hold("o-6:0", "plum", 1)).await;
     assert_eq!(direct.status, 201);
     let (status, _, body) = order(
@@ -205,13 +228,9 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
         json!([{"sku": "plum", "quantity": 2}, {"sku": "apple", "quantity": 1}]),
     )
     .await;
-    assert_eq!(status, 422, "{body}");
-    assert_eq!(body["lines"][0]["problem"]["status"], 422);
-    assert!(body["lines"][0].get("compensation").is_none(), "{body}");
-    assert_eq!(body["lines"][1]["outcome"], "held");
-    assert_eq!(body["lines"][1]["compensation"], "released");
-    assert_eq!(available(base, "plum").await, 2);
-    assert_eq!(available(base, "apple").await, 7);
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(available(base, "plum").await, 0);
+    assert_eq!(available(base, "apple").await, 6);
     assert_eq!(
         status_in_db(&cluster, "o-6:0").await.as_deref(),
         Some("held")

@@ -461,7 +461,7 @@ fn check_orders(
         let order = op.id("order_id");
         let lines = op.request["lines"].as_array().map_or(0, Vec::len);
         for i in 0..lines {
-            let id = format!("{order}:{i}");
+            let id = schema::wire::order_line_id(order, i);
             let status = status_of(dump, &id);
             match (op.status, op.outcome) {
                 (_, Outcome::Acknowledged)
@@ -721,11 +721,18 @@ mod tests {
         };
         // Placed, but line 1 was never held.
         let (mut history, mut dump) = clean();
-        dump.ledger
-            .push(row(6, "a", "reserve", Some("o1:0"), [0, -1, 1, 0], 2, 1300));
+        dump.ledger.push(row(
+            6,
+            "a",
+            "reserve",
+            Some("order:o1:0"),
+            [0, -1, 1, 0],
+            2,
+            1300,
+        ));
         dump.inventory.insert("a".into(), [10, 6, 1, 3]);
         dump.reservations
-            .insert("o1:0".into(), ("a".into(), 1, "held".into()));
+            .insert("order:o1:0".into(), ("a".into(), 1, "held".into()));
         history.push(order(201));
         only(&check(&history, &dump), "order-atomicity");
         // Failed, but line 0 is still held.
@@ -733,11 +740,18 @@ mod tests {
         history.push(order(409));
         only(&check(&history, &dump), "order-atomicity");
         // Failed, line 0 held and then released: fine.
-        dump.ledger
-            .push(row(7, "a", "release", Some("o1:0"), [0, 1, -1, 0], 2, 1301));
+        dump.ledger.push(row(
+            7,
+            "a",
+            "release",
+            Some("order:o1:0"),
+            [0, 1, -1, 0],
+            2,
+            1301,
+        ));
         dump.inventory.insert("a".into(), [10, 7, 0, 3]);
         dump.reservations
-            .insert("o1:0".into(), ("a".into(), 1, "released".into()));
+            .insert("order:o1:0".into(), ("a".into(), 1, "released".into()));
         assert_eq!(check(&history, &dump).total(), 0);
     }
 
