@@ -68,6 +68,7 @@ use crate::metrics;
 use schema::path::encode_segment;
 
 mod decide;
+pub mod lock;
 pub mod store;
 
 pub use decide::{classify_release, classify_reserve, decide};
@@ -276,16 +277,20 @@ impl OrderResult {
 /// Place an order: reserve every line, then succeed or compensate. `partition_of` maps a SKU to
 /// its partition (the shared hash with the cluster's partition count).
 ///
-/// `may_compensate` is asked once, before any release is sent: it confirms that this submission
-/// still holds the order's lock. If it no longer does, another submission may have decided the
-/// order meanwhile (possibly placed it), so releasing would undo someone else's answer; the
-/// order is then reported as not decided (`503`, `outcome_unknown`) without releasing anything.
+/// Every request is sent under `tenure` ([`lock::Tenure::run`]): once the submission may no
+/// longer hold the order's lock, nothing more is sent (a line not yet settled then leaves the
+/// order undecided). `may_compensate` is asked once more, before any release is sent: it
+/// confirms with the database that this submission still holds the lock. If it no longer does,
+/// another submission may have decided the order meanwhile (possibly placed it), so releasing
+/// would undo someone else's answer; the order is then reported as not decided (`503`,
+/// `outcome_unknown`) without releasing anything.
 pub async fn place<F, Fut>(
     forwarder: &Forwarder,
     order_id: &str,
     order: &OrderRequest,
     ids: LineIds,
     partition_of: impl Fn(&str) -> u32,
+    tenure: &lock::Tenure,
     may_compensate: F,
 ) -> OrderResult
 where
@@ -332,7 +337,7 @@ where
                 if ids == LineIds::Namespaced {
                     req = req.order_line();
                 }
-                forwarder.forward(&req).await
+                under(tenure, forwarder.forward(&req)).await
             }
         }))
         .buffered(LINE_CONCURRENCY)
@@ -342,7 +347,7 @@ where
         classify_reserve(line, answer.as_ref());
     }
 
-    if !lines.iter().all(LineReport::is_secured) && !may_compensate().await {
+    if !lines.iter().all(LineReport::is_secured) && !(tenure.held() && may_compensate().await) {
         tracing::warn!(
             order_id,
             "order lock lost before compensation; leaving the order undecided"
@@ -369,7 +374,7 @@ where
                         partition,
                     )
                     .reservation(&id);
-                    let answer = forwarder.forward(&req).await;
+                    let answer = under(tenure, forwarder.forward(&req)).await;
                     (index, classify_release(reserved, answer.as_ref()))
                 }
             }))
@@ -405,6 +410,25 @@ where
         "order settled"
     );
     result
+}
+
+/// A forward sent under `tenure`: when the tenure is lost first, an error that says whether the
+/// request may have gone out (it was started) or not (it never was).
+async fn under(
+    tenure: &lock::Tenure,
+    forward: impl std::future::Future<Output = Result<UpstreamResponse, RouterError>>,
+) -> Result<UpstreamResponse, RouterError> {
+    let started = tenure.held();
+    tenure.run(forward).await.unwrap_or_else(|| {
+        Err(RouterError::Upstream {
+            status: 503,
+            outcome_unknown: started,
+            partition: None,
+            detail: "this submission lost the order's lock; it sends nothing more, retry the \
+                     order with the same order id"
+                .to_owned(),
+        })
+    })
 }
 
 #[cfg(test)]

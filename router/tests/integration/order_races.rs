@@ -454,3 +454,44 @@ async fn a_submission_whose_lock_session_is_killed_mid_compensation_sends_nothin
     first.stop().await;
     second.stop().await;
 }
+
+/// An order whose phase outlasts its session's idle timeout (two lock waits): 100 lines, 16 in
+/// flight at a time, every one slowed by the proxy. The submission keeps its lock alive while it
+/// works, so it records its decision and answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_that_outlasts_the_idle_timeout_keeps_its_lock_and_is_decided() {
+    const LINES: usize = 100;
+    let _serial = serial().await;
+    let (cluster, proxy, map) = two_owner_cluster("orders_long").await;
+    let router = cluster
+        .router(|c| {
+            // Lock wait 2 × 2 s + 2 × 0.2 s = 4.4 s, so the session idles out after 8.8 s; seven
+            // waves of 16 lines at 1.4 s each take about 10 s.
+            c.retry_deadline = Duration::from_secs(2);
+            c.db_timeout = Duration::from_millis(200);
+        })
+        .await;
+    let sku = sku_owned_by(&map, "slow", "long-slow");
+    cluster.restock(&router.url, &sku, LINES as i64).await;
+    let lines = Value::Array(vec![json!({"sku": sku, "quantity": 1}); LINES]);
+    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(700)));
+    let started = Instant::now();
+    let (status, body) = order(&router.url, "long-1", &lines).await;
+    let took = started.elapsed();
+    proxy.set_mode(ProxyMode::Pass);
+    println!("{LINES} lines answered {status} after {took:?}");
+    assert!(
+        took > Duration::from_millis(8800),
+        "the scenario needs the phase to outlast the idle timeout: {took:?}"
+    );
+    assert_eq!(status, 201, "{body}");
+    let recorded: String = cluster
+        .db()
+        .await
+        .query_one("SELECT status FROM orders WHERE order_id = 'long-1'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(recorded, "placed");
+    router.stop().await;
+}
