@@ -347,7 +347,11 @@ where
         classify_reserve(line, answer.as_ref());
     }
 
-    if !lines.iter().all(LineReport::is_secured) && !(tenure.held() && may_compensate().await) {
+    let placed = lines.iter().all(LineReport::is_secured);
+    // Before releasing anything: is the lock still ours (as far as the keeper knows, and then
+    // confirmed with the database)?
+    let still_held = || async { tenure.held() && may_compensate().await };
+    if !placed && !still_held().await {
         tracing::warn!(
             order_id,
             "order lock lost before compensation; leaving the order undecided"
@@ -355,7 +359,7 @@ where
         for line in lines.iter_mut().filter(|l| l.needs_release(false)) {
             line.compensation = Some(Compensation::Failed);
         }
-    } else if !lines.iter().all(LineReport::is_secured) {
+    } else if !placed {
         // Compensation phase.
         let mismatch = lines.iter().any(LineReport::is_mismatch);
         let to_release: Vec<usize> = lines
