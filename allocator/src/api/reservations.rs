@@ -38,7 +38,10 @@ pub async fn reserve(
 /// it as a router (the `router` scope, or authentication off). Anyone else gets the same `400` a
 /// router gives its clients for an id in the order-line namespace.
 fn forwards_an_order_line(request: &HttpRequest) -> bool {
-    request.headers().contains_key(HEADER_ORDER_LINE)
+    request
+        .headers()
+        .get(HEADER_ORDER_LINE)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"true"))
         && request.extensions().contains::<access::TrustedRouter>()
 }
 

@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics;
+
 /// How often the keeper looks whether the session's connection has closed (a local check).
 pub const CLOSED_POLL: Duration = Duration::from_millis(50);
 
@@ -104,14 +106,14 @@ pub async fn keep_alive(
 ) {
     let mut confirmed_sent = Instant::now();
     let mut next = confirmed_sent + timing.period();
-    let why = loop {
+    let (reason, why) = loop {
         tokio::time::sleep(CLOSED_POLL).await;
         let now = Instant::now();
         if tx.client().is_closed() {
-            break "the session's connection closed";
+            break ("closed", "the session's connection closed");
         }
         if now >= timing.safe_until(confirmed_sent) {
-            break "no keep-alive confirmed within the idle timeout";
+            break ("idle", "no keep-alive confirmed within the idle timeout");
         }
         if now < next {
             continue;
@@ -123,11 +125,12 @@ pub async fn keep_alive(
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "order lock keep-alive failed");
-                break "a keep-alive failed";
+                break ("keepalive", "a keep-alive failed");
             }
-            Err(_) => break "a keep-alive timed out",
+            Err(_) => break ("keepalive", "a keep-alive timed out"),
         }
     };
+    metrics::record_order_lock_lost(reason);
     tracing::warn!(
         reason = why,
         "order lock lost; this submission sends nothing more"

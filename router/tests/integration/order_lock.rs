@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use testkit::ProxyMode;
 
-use crate::common::serial;
+use crate::common::{metric, serial};
 use crate::order_races::{order, sku_owned_by, status_in_db, two_owner_cluster};
 
 /// The router database session that holds an order's lock is killed while the order is being
@@ -40,6 +40,11 @@ async fn a_submission_whose_lock_session_is_killed_mid_compensation_sends_nothin
         .collect();
     let lines = Value::Array(lines);
     let db = cluster.db().await;
+    let lost_before = metric(
+        &first.url,
+        "router_order_locks_lost_total{reason=\"closed\"}",
+    )
+    .await;
 
     // The reserves of lines 0–15 reach the slow owner after 1.2 s, later than the first
     // router's deadline; everything sent to it after that (the releases) is held for 20 s.
@@ -80,6 +85,7 @@ async fn a_submission_whose_lock_session_is_killed_mid_compensation_sends_nothin
         .unwrap()
         .get(0);
     assert_eq!(killed, 1, "the first submission's session holds the order");
+    let lost = "router_order_locks_lost_total{reason=\"closed\"}";
 
     // Another submission takes the order over while the first one's releases are still held.
     proxy.set_mode(ProxyMode::Pass);
@@ -91,6 +97,10 @@ async fn a_submission_whose_lock_session_is_killed_mid_compensation_sends_nothin
     let (status, body) = submitted.await.unwrap();
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["outcome_unknown"], true, "{body}");
+    assert!(
+        metric(&first.url, lost).await > lost_before,
+        "the loss is counted for operators"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let ids: Vec<&str> = placed["reservations"]
         .as_array()
