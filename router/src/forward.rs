@@ -26,7 +26,7 @@ use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use schema::wire::{
     Problem, HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_EPOCH, HEADER_EXPECTED_EPOCH,
-    HEADER_REPLAYED, HEADER_REQUEST_ID,
+    HEADER_ORDER_LINE, HEADER_REPLAYED, HEADER_REQUEST_ID,
 };
 use serde::de::DeserializeOwned;
 
@@ -78,6 +78,8 @@ pub struct UpstreamRequest {
     pub partition: u32,
     /// For logs only.
     pub reservation_id: Option<String>,
+    /// The reserve of an order line: sent with [`HEADER_ORDER_LINE`].
+    pub order_line: bool,
 }
 
 impl UpstreamRequest {
@@ -88,6 +90,7 @@ impl UpstreamRequest {
             body: None,
             partition,
             reservation_id: None,
+            order_line: false,
         }
     }
 
@@ -108,6 +111,12 @@ impl UpstreamRequest {
 
     pub fn reservation(mut self, id: &str) -> Self {
         self.reservation_id = Some(id.to_owned());
+        self
+    }
+
+    /// Mark the request as the reserve of an order line.
+    pub fn order_line(mut self) -> Self {
+        self.order_line = true;
         self
     }
 }
@@ -202,15 +211,18 @@ impl Forwarder {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     let timeout = remaining.min(self.policy.attempt_timeout);
                     match self.attempt(req, route, timeout).await {
-                        // The allocator refused this router's own credential: nothing was
-                        // applied, and it is not the client's token that is wrong, so the
-                        // client must not see the allocator's 401/403 as its own.
+                        // The allocator refused this router's own credential: this attempt
+                        // applied nothing, and it is not the client's token that is wrong, so
+                        // the client must not see the allocator's 401/403 as its own. An
+                        // earlier attempt that may have been applied stays unknown.
                         Ok(resp) if matches!(resp.status, 401 | 403) => {
                             metrics::record_upstream_auth_failure();
-                            metrics::record_forward(
-                                ForwardOutcome::Unavailable,
-                                started.elapsed().as_secs_f64(),
-                            );
+                            let outcome = if maybe_applied {
+                                ForwardOutcome::OutcomeUnknown
+                            } else {
+                                ForwardOutcome::Unavailable
+                            };
+                            metrics::record_forward(outcome, started.elapsed().as_secs_f64());
                             tracing::error!(
                                 partition = req.partition,
                                 owner_id = %route.owner_id,
@@ -220,11 +232,17 @@ impl Forwarder {
                             );
                             return Err(RouterError::Upstream {
                                 status: 503,
-                                outcome_unknown: false,
+                                outcome_unknown: maybe_applied,
                                 partition: Some(req.partition),
-                                detail: "the owner refused this router's credential; nothing \
-                                         was applied"
-                                    .to_owned(),
+                                detail: if maybe_applied {
+                                    "the owner refused this router's credential after an \
+                                     earlier attempt that may have been applied; retry with the \
+                                     same id"
+                                } else {
+                                    "the owner refused this router's credential; nothing was \
+                                     applied"
+                                }
+                                .to_owned(),
                             });
                         }
                         Ok(mut resp) => {
@@ -357,6 +375,9 @@ impl Forwarder {
         // holding the `router` scope.
         if let Some(client) = access::current_client() {
             builder = builder.header(HEADER_CLIENT, client);
+        }
+        if req.order_line {
+            builder = builder.header(HEADER_ORDER_LINE, "true");
         }
         if let Some(body) = &req.body {
             builder = builder

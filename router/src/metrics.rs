@@ -30,6 +30,11 @@ pub const MAP_REFRESH_FAILURES_TOTAL: &str = "router_map_refresh_failures_total"
 /// Multi-line orders by outcome: `placed`, `replayed`, `failed`, `mismatch`, `unknown`,
 /// `invalid`.
 pub const ORDERS_TOTAL: &str = "router_orders_total";
+/// Order submissions that lost (or could no longer rely on) their order's lock while working,
+/// by `reason`: `closed` (the session ended: killed, restarted, cut), `keepalive` (a keep-alive
+/// failed or timed out), `idle` (none confirmed within the idle timeout). Each stopped sending
+/// and left its order undecided.
+pub const ORDER_LOCKS_LOST_TOTAL: &str = "router_order_locks_lost_total";
 
 /// Requests by `client` (the authenticated caller; `anonymous` with authentication off, `(none)`
 /// when no valid token was shown) and `outcome`: `ok`, `unauthenticated`, `forbidden`,
@@ -204,6 +209,10 @@ fn describe() {
     );
     describe_counter!(ORDERS_TOTAL, "multi-line orders by outcome");
     describe_counter!(
+        ORDER_LOCKS_LOST_TOTAL,
+        "order submissions that lost their order's lock while working, by reason"
+    );
+    describe_counter!(
         CLIENT_REQUESTS_TOTAL,
         "requests by client and access outcome"
     );
@@ -246,6 +255,10 @@ pub fn record_map_refresh_failure(cause: RefreshCause) {
 
 pub fn record_order(outcome: &'static str) {
     counter!(ORDERS_TOTAL, "outcome" => outcome).increment(1);
+}
+
+pub fn record_order_lock_lost(reason: &'static str) {
+    counter!(ORDER_LOCKS_LOST_TOTAL, "reason" => reason).increment(1);
 }
 
 pub fn record_upstream_auth_failure() {

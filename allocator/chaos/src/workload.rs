@@ -10,8 +10,10 @@
 //! Two things make the history harder on purpose. Client `c0` calls with a token the routers
 //! limit to a few requests per second ([`crate::tokens`]), so `429` answers of every operation
 //! kind are frequent. And some orders are preceded by a single reserve under the id one of the
-//! order's lines would use ([`colliding_line_id`]), with a quantity no order line asks for, so
-//! the line id collides (or, where line ids live in their own namespace, the reserve is refused).
+//! order's lines will use ([`colliding_line_id`]), with a quantity no order line asks for. Line
+//! ids live in their own namespace, so the routers refuse that reserve (`400`) and the order's
+//! lines stay its own; the checker would see a hold under a line id with another payload if one
+//! ever got through.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -40,9 +42,9 @@ const COLLISION_QUANTITY: i64 = 3;
 const LIMITED_CLIENT: &str = "c0";
 
 /// The reservation id a single reserve uses to collide with line `line` of order `order_id`:
-/// the id the routers reserve that line under.
+/// the id the routers reserve that line under (`order:{order_id}:{line}`).
 pub fn colliding_line_id(order_id: &str, line: usize) -> String {
-    format!("{order_id}:{line}")
+    schema::wire::order_line_id(order_id, line)
 }
 
 /// What the workload's tasks share.
