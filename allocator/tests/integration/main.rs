@@ -2,6 +2,7 @@
 
 mod api;
 mod auth;
+mod batch_equivalence;
 #[allow(dead_code)]
 mod common;
 mod config;
@@ -12,4 +13,5 @@ mod lifecycle;
 mod openapi;
 mod processes;
 mod settlement;
+mod tenures;
 mod testkit_smoke;
