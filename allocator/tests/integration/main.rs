@@ -12,6 +12,7 @@ mod hardening;
 mod lifecycle;
 mod openapi;
 mod processes;
+mod renewal;
 mod settlement;
 mod tenures;
 mod testkit_smoke;
