@@ -8,11 +8,23 @@
 //! commit path of a durable PostgreSQL is bound by. A lane never waits to fill a group: an idle
 //! system commits a lone batch at once.
 //!
+//! One tenure per partition per group. A batch waits in the queue while its partition's tenure may
+//! end (a stall, a refused renewal) and the partition be taken again, by this replica too: the
+//! ended tenure's batch and its successor's would then meet in one group, where the database can
+//! tell them apart only by epoch. So a batch is *claimed* exactly once, by the lane that takes it or
+//! by its worker withdrawing it when the tenure ends (then it never runs and its commands are
+//! answered "not owner"); a lane asks the batch's authority again right before the statement and
+//! answers a batch of an ended tenure without running it; a group never takes a second batch of a
+//! partition it already carries; and `apply_fenced_batch` refuses a group that names a partition
+//! twice.
+//!
 //! Isolation: each partition is fenced inside the statement and a failed fence drops only that
 //! partition. A statement that fails as a whole (a lock wait timing out on one partition's row)
 //! is re-run partition by partition so the others still commit, and the worker marks its next
 //! batch `solo` so a partition in trouble stops holding groups up.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +32,7 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
+use crate::authority::{PartitionAuthority, Withheld};
 use crate::fenced::{apply_group, Command, Fence, FencedError, Outcome, PartitionBatch};
 use crate::lease::FenceToken;
 use crate::metrics as m;
@@ -29,17 +42,49 @@ use crate::metrics as m;
 pub struct Submission {
     /// Carries the partition's tenure into the statement, where the database checks it.
     pub fence: Fence,
+    /// The same tenure as the fence, asked again when a lane is about to run the batch: it may
+    /// have ended while the batch waited. Its safe deadline bounds the wait for the statement.
+    pub authority: PartitionAuthority,
     pub commands: Vec<Command>,
-    /// The lease's safe deadline: the transaction must not be waited for beyond it.
-    pub deadline: Instant,
     /// Run in a transaction of its own: the partition's previous batch failed, and whatever
     /// made it fail (a locked row) must not stall other partitions.
     pub solo: bool,
+    /// Taken by a lane or withdrawn by the worker, exactly once.
+    pub claim: Arc<Claim>,
     pub reply: oneshot::Sender<Result<Vec<Outcome>, CommitError>>,
+}
+
+/// Who decides a queued batch's fate: the lane that takes it (it may run) or the worker that
+/// withdraws it because its tenure ended (it never runs). Whoever comes first wins, so the worker
+/// knows whether a statement may have carried its commands.
+#[derive(Debug, Default)]
+pub struct Claim(AtomicU8);
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+impl Claim {
+    /// A lane takes the batch; false when its worker withdrew it first.
+    pub fn take(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The worker withdraws the batch; false when a lane took it first (it may run).
+    pub fn withdraw(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
+    /// The batch's tenure ended before a statement carried it: nothing of it ran.
+    #[error("the tenure ended before the batch ran")]
+    Ended,
     #[error(transparent)]
     Fenced(#[from] FencedError),
     #[error("{reason}")]
@@ -101,28 +146,41 @@ struct Lane {
 impl Lane {
     async fn run(self) {
         loop {
-            let mut group = Vec::new();
+            let mut group: Vec<Submission> = Vec::new();
             let mut alone = Vec::new();
             {
                 let mut receiver = self.receiver.lock().await;
-                let Some(first) = receiver.recv().await else {
-                    return;
+                let first = loop {
+                    let Some(next) = receiver.recv().await else {
+                        return;
+                    };
+                    // A withdrawn batch was answered by its worker; it never runs.
+                    if next.claim.take() {
+                        break next;
+                    }
                 };
                 if first.solo {
                     alone.push(first);
                 } else {
+                    let mut partitions = HashSet::from([first.fence.token.partition]);
                     let mut commands = first.commands.len();
                     group.push(first);
                     while group.len() < self.settings.max_partitions
                         && commands < self.settings.max_commands
                     {
-                        match receiver.try_recv() {
-                            Ok(next) if next.solo => alone.push(next),
-                            Ok(next) => {
-                                commands += next.commands.len();
-                                group.push(next);
-                            }
-                            Err(_) => break,
+                        let Ok(next) = receiver.try_recv() else {
+                            break;
+                        };
+                        if !next.claim.take() {
+                            continue;
+                        }
+                        // One tenure per partition per group: a second batch of a partition
+                        // (an ended tenure's beside its successor's) runs on its own, after.
+                        if next.solo || !partitions.insert(next.fence.token.partition) {
+                            alone.push(next);
+                        } else {
+                            commands += next.commands.len();
+                            group.push(next);
                         }
                     }
                 }
@@ -137,7 +195,22 @@ impl Lane {
     }
 
     async fn commit(&self, group: Vec<Submission>) {
-        let Some(deadline) = group.iter().map(|s| s.deadline).min() else {
+        // Ask every batch's tenure again now: a batch of an ended tenure is answered and never
+        // runs, and the statement is waited for no longer than the earliest safe deadline.
+        let mut deadline: Option<Instant> = None;
+        let mut live = Vec::with_capacity(group.len());
+        for submission in group {
+            match submission.authority.write_deadline() {
+                Ok(until) => {
+                    deadline = Some(deadline.map_or(until, |d| d.min(until)));
+                    live.push(submission);
+                }
+                Err(withheld) => {
+                    let _ = submission.reply.send(Err(CommitError::withheld(withheld)));
+                }
+            }
+        }
+        let (group, Some(deadline)) = (live, deadline) else {
             return;
         };
         metrics::histogram!(m::GROUP_PARTITIONS).record(group.len() as f64);
@@ -207,9 +280,21 @@ impl Lane {
 }
 
 impl CommitError {
+    /// Why a batch whose tenure no longer grants authority is not run.
+    fn withheld(withheld: Withheld) -> CommitError {
+        match withheld {
+            Withheld::Lost => CommitError::Ended,
+            Withheld::Unconfirmed => CommitError::Unavailable {
+                reason: "lease renewal unconfirmed".into(),
+                outcome_unknown: false,
+            },
+        }
+    }
+
     /// The same failure for every member of a group (database errors are not `Clone`).
     fn duplicate(&self) -> CommitError {
         match self {
+            CommitError::Ended => CommitError::Ended,
             CommitError::Fenced(FencedError::StaleEpoch {
                 partition,
                 ours,

@@ -15,6 +15,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::lease::state::{MIN_RENEW_ATTEMPT, RENEW_ATTEMPTS};
+
 /// Shortest hold-expiry sweep period: sweeping more often only spends transactions.
 pub const EXPIRY_INTERVAL_MIN: Duration = Duration::from_millis(10);
 
@@ -68,7 +70,8 @@ pub struct ServeArgs {
     /// Lease duration granted by the database.
     #[arg(long, env = "ALLOCATOR_LEASE_TTL_MS", default_value_t = 5000)]
     pub lease_ttl_ms: u64,
-    /// Renewal period; default ttl / 3. Must be shorter than ttl - margin.
+    /// Renewal period; default ttl / 3. What it leaves of ttl - margin is shared by three
+    /// renewal attempts (two may fail, the third still lands in time): at least 3 x 20 ms.
     #[arg(long, env = "ALLOCATOR_RENEW_INTERVAL_MS")]
     pub renew_interval_ms: Option<u64>,
     /// Safety margin subtracted from the lease for the local deadline; also the stall budget.
@@ -270,7 +273,7 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
             advertise_url: args.advertise_url.filter(|u| !u.is_empty()),
             redis_url: args.redis_url.filter(|u| !u.is_empty()),
             lease_ttl: ms(args.lease_ttl_ms),
-            // A third of the lease: two renewals may fail and the third still lands in time.
+            // A third of the lease; the rest of ttl - margin is three attempts' time.
             renew_interval: ms(args.renew_interval_ms.unwrap_or(args.lease_ttl_ms / 3)),
             lease_margin: ms(args.lease_margin_ms),
             campaign_interval: ms(args.campaign_interval_ms),
@@ -345,12 +348,16 @@ impl AllocatorConfig {
                 self.lease_ttl.as_millis()
             );
         }
-        // A renewal must land before the local deadline, or every lease is lost between two
-        // renewals.
-        if self.renew_interval >= self.lease_ttl - self.lease_margin {
+        // Three renewal attempts must fit between the regular renewal and the local deadline
+        // (two may fail and the third still lands), or a lease is lost to one slow round trip.
+        let attempts = u128::from(RENEW_ATTEMPTS) * MIN_RENEW_ATTEMPT.as_millis();
+        if self.renew_interval.as_millis() + attempts
+            > (self.lease_ttl - self.lease_margin).as_millis()
+        {
             bail!(
                 "{RENEW_INTERVAL} ({} ms) must be shorter than {LEASE_TTL} minus {LEASE_MARGIN} \
-                 ({} ms)",
+                 ({} ms) by at least {attempts} ms, the time {RENEW_ATTEMPTS} renewal attempts \
+                 need at the least",
                 self.renew_interval.as_millis(),
                 (self.lease_ttl - self.lease_margin).as_millis()
             );

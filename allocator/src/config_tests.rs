@@ -87,6 +87,28 @@ fn lease_relations_are_refused() {
     // ttl / 3 by default, so a short lease with a large margin leaves no room to renew.
     let err = refused(&["--lease-ttl-ms", "1200", "--lease-margin-ms", "900"]);
     assert!(err.contains("--renew-interval-ms"), "{err}");
+    // Three renewal attempts of at least 20 ms must fit between the renewal and the deadline.
+    let err = refused(&[
+        "--lease-ttl-ms",
+        "2000",
+        "--lease-margin-ms",
+        "500",
+        "--renew-interval-ms",
+        "1450",
+    ]);
+    assert!(
+        err.contains("--renew-interval-ms") && err.contains("renewal attempts"),
+        "{err}"
+    );
+    parse(&[
+        "--lease-ttl-ms",
+        "2000",
+        "--lease-margin-ms",
+        "500",
+        "--renew-interval-ms",
+        "1440",
+    ])
+    .unwrap();
     parse(&[
         "--lease-ttl-ms",
         "2000",

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::authority::{PartitionAuthority, Withheld};
-use crate::commit::{CommitError, Committer, Submission};
+use crate::commit::{Claim, CommitError, Committer, Submission};
 use crate::error::DbFailure;
 use crate::fenced::{Command, Fence, FencedError, Outcome};
 use crate::job::{Job, WorkError};
@@ -236,13 +236,16 @@ impl Worker {
     /// and by cancellation.
     async fn execute(&mut self, commands: Vec<Command>) -> Result<Vec<Outcome>, WorkError> {
         let partition = self.fence.token.partition;
-        let deadline = self.deadline()?;
+        // Not worth queueing while the tenure cannot write; the lane asks again before it runs.
+        self.deadline()?;
         let (reply, answer) = oneshot::channel();
+        let claim = Arc::new(Claim::default());
         let submission = Submission {
             fence: self.fence.clone(),
+            authority: self.authority.clone(),
             commands,
-            deadline,
             solo: self.solo,
+            claim: claim.clone(),
             reply,
         };
         if self.ctx.committer.submit(submission).await.is_err() {
@@ -253,13 +256,20 @@ impl Worker {
             });
         }
         let result = tokio::select! {
-            _ = self.cancel.cancelled() => Err(WorkError::Unavailable {
-                partition,
-                reason: "authority lost during the transaction".into(),
-                outcome_unknown: true,
+            // Withdrawn before a lane took it: it never runs, so the answer is a plain "not
+            // owner". Taken: a statement may be carrying it, so the outcome is unknown.
+            _ = self.cancel.cancelled() => Err(if claim.withdraw() {
+                WorkError::NotOwner { partition }
+            } else {
+                WorkError::Unavailable {
+                    partition,
+                    reason: "authority lost during the transaction".into(),
+                    outcome_unknown: true,
+                }
             }),
             answer = answer => match answer {
                 Ok(Ok(outcomes)) => Ok(outcomes),
+                Ok(Err(CommitError::Ended)) => Err(WorkError::NotOwner { partition }),
                 Ok(Err(CommitError::Fenced(error))) => Err(self.translate(error)),
                 Ok(Err(CommitError::Unavailable { reason, outcome_unknown })) => {
                     Err(WorkError::Unavailable { partition, reason, outcome_unknown })

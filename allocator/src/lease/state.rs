@@ -24,8 +24,8 @@ pub struct LeaseTiming {
     /// Subtracted from `t0 + ttl` to give the local safe deadline; covers clock-rate drift,
     /// scheduling delay between the deadline check and a write, and small pauses.
     pub margin: Duration,
-    /// How often held leases are renewed; about `ttl / 3` so two renewals may fail before the
-    /// safe deadline passes.
+    /// How often held leases are renewed (default `ttl / 3`). What it leaves of `ttl - margin`
+    /// is shared by three renewal attempts, so two can fail and the third still lands in time.
     pub renew_interval: Duration,
 }
 
@@ -34,8 +34,15 @@ impl LeaseTiming {
         if margin >= ttl {
             return Err("lease margin must be shorter than the lease ttl".into());
         }
-        if renew_interval.is_zero() || renew_interval >= ttl - margin {
-            return Err("renew interval must be positive and shorter than ttl - margin".into());
+        if renew_interval.is_zero()
+            || renew_interval >= ttl - margin
+            || Self::attempt_timeout(ttl, margin, renew_interval) < MIN_RENEW_ATTEMPT
+        {
+            return Err(format!(
+                "renew interval must be positive and leave ttl - margin - interval >= \
+                 {RENEW_ATTEMPTS} x {} ms for renewal attempts",
+                MIN_RENEW_ATTEMPT.as_millis()
+            ));
         }
         Ok(Self {
             ttl,
@@ -49,7 +56,41 @@ impl LeaseTiming {
     pub fn safe_until(&self, t0: Instant) -> Instant {
         t0 + self.ttl - self.margin
     }
+
+    /// How long one renewal attempt (waiting for a connection included) may run before it is
+    /// given up as failed: the time between the regular renewal and the safe deadline, shared by
+    /// [`RENEW_ATTEMPTS`] attempts. With the defaults (TTL 5 s, margin 1 s, interval 1.67 s) that
+    /// is 778 ms.
+    pub fn renew_attempt_timeout(&self) -> Duration {
+        Self::attempt_timeout(self.ttl, self.margin, self.renew_interval)
+    }
+
+    fn attempt_timeout(ttl: Duration, margin: Duration, renew_interval: Duration) -> Duration {
+        ttl.saturating_sub(margin).saturating_sub(renew_interval) / RENEW_ATTEMPTS
+    }
+
+    /// When the next renewal attempt starts, after one that started at `started` and ended at
+    /// `ended`: one interval after a confirmed attempt *started* (its `t0` is what the deadline
+    /// counts from), and right when a failed attempt's time is up (not earlier when it failed
+    /// fast, so a refusing database is not hammered). So the k-th attempt after a confirmed
+    /// renewal at `t0` ends by `t0 + interval + k × attempt timeout`, and the third by the safe
+    /// deadline.
+    pub fn next_renewal(&self, started: Instant, ended: Instant, confirmed: bool) -> Instant {
+        if confirmed {
+            started + self.renew_interval
+        } else {
+            (started + self.renew_attempt_timeout()).max(ended)
+        }
+    }
 }
+
+/// Renewal attempts that fit between the regular renewal and the safe deadline: two can fail or
+/// time out and the third still lands in time.
+pub const RENEW_ATTEMPTS: u32 = 3;
+
+/// The shortest time an attempt may be given: a renewal is one round trip and, after a failure,
+/// a new connection.
+pub const MIN_RENEW_ATTEMPT: Duration = Duration::from_millis(20);
 
 /// Why a lease was lost; a metric label, so keep the set small and stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,6 +329,52 @@ mod tests {
         }
         clock.advance(Duration::from_millis(1000)); // 4.0 s after t0
         assert_eq!(state.tick(clock.now()).1, Some(LossCause::Deadline));
+    }
+
+    /// The README's promise: two consecutive renewal attempts can fail or time out and the
+    /// third still lands before the safe deadline, for the default timings and the shorter ones
+    /// the tests and the chaos run use.
+    #[test]
+    fn two_timed_out_renewals_leave_a_third_attempt_before_the_safe_deadline() {
+        let ms = Duration::from_millis;
+        for (ttl, margin, interval) in [
+            (5000, 1000, 1666), // the defaults
+            (2000, 500, 500),   // tests and the chaos run
+            (8000, 2000, 2000),
+            (1500, 400, 300),
+        ] {
+            let t = LeaseTiming::new(ms(ttl), ms(margin), ms(interval)).unwrap();
+            let clock = ManualClock::new();
+            let t0 = clock.now();
+            let mut state = LeaseState::on_acquired(&t, t0, 1);
+            // The regular renewal after a confirmed one.
+            let mut started = t.next_renewal(t0, t0, true);
+            for attempt in 1..=2 {
+                // Black-holed: given up when its time is up.
+                let ended = started + t.renew_attempt_timeout();
+                clock.advance(ended.saturating_duration_since(clock.now()));
+                assert_eq!(
+                    state.tick(clock.now()).1,
+                    None,
+                    "{ttl}/{margin}/{interval}: lost before attempt {attempt} was given up"
+                );
+                state = state.on_renew_failed();
+                started = t.next_renewal(started, ended, false);
+            }
+            // The third is answered just inside its own time limit.
+            let answered = started + t.renew_attempt_timeout() - ms(1);
+            clock.advance(answered.saturating_duration_since(clock.now()));
+            assert_eq!(
+                state.tick(clock.now()).1,
+                None,
+                "{ttl}/{margin}/{interval}: lost before the third attempt was answered"
+            );
+            let state = state.on_renewed(&t, started, clock.now());
+            assert!(
+                matches!(state.authority(clock.now()), Authority::Granted { .. }),
+                "{ttl}/{margin}/{interval}: the third renewal restores authority"
+            );
+        }
     }
 
     #[test]

@@ -4,8 +4,11 @@
 //!   passed, and drops *all* leases when a tick arrives later than `period + margin` (the process
 //!   was paused, e.g. SIGSTOP, and may have slept through its deadlines). It never waits on the
 //!   database, so a slow database cannot look like a stall or delay a deadline.
-//! * **renewer** — every `renew_interval` (~ttl/3) renews all held leases in one statement, with a
-//!   timeout; a failure or timeout makes them `Uncertain` (no new work) and retries sooner.
+//! * **renewer** — every `renew_interval` (~ttl/3) renews all held leases in one statement; each
+//!   attempt has a time limit and a failed one is retried when that limit is up, both derived from
+//!   the TTL and margin ([`LeaseTiming`](crate::lease::state::LeaseTiming)) so that two attempts
+//!   can fail and the third still lands before the safe deadline. A failure or timeout makes the
+//!   leases `Uncertain` (no new work) until a renewal is confirmed.
 //! * **campaigner** ([`campaign`](super::campaign)) — every `campaign_interval` ±20 % jitter:
 //!   heartbeats, counts live replicas, acquires partitions up to `ceil(P / live)` and hands back
 //!   one surplus partition at a time, so a new or returning replica gets work without a
@@ -154,29 +157,31 @@ impl LeaseManager {
         .await;
     }
 
+    /// Renew every held lease in one statement on the schedule [`LeaseTiming`] derives from the
+    /// TTL and margin: the regular renewal one interval after the last confirmed one, each
+    /// attempt given up after [`LeaseTiming::renew_attempt_timeout`], a failed one retried at once
+    /// when its time is up.
     async fn renewer(self: Arc<Self>, stop: CancellationToken) {
         let timing = *self.ownership.timing();
-        let mut wait = timing.renew_interval;
+        let mut next = self.ownership.now() + timing.renew_interval;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep_until(next.into()) => {}
             }
             let held = self.ownership.held();
+            let t0 = self.ownership.now();
             if held.is_empty() {
-                wait = timing.renew_interval;
+                next = t0 + timing.renew_interval;
                 continue;
             }
-            let t0 = self.ownership.now();
-            let attempt = tokio::time::timeout(timing.renew_interval, async {
-                let client = self.pool.get().await.map_err(|e| e.to_string())?;
-                store::renew(&**client, &self.settings.replica_id, &held, timing.ttl)
-                    .await
-                    .map_err(|e| e.to_string())
-            })
-            .await;
+            let attempt = self
+                .renew_once(&held, t0 + timing.renew_attempt_timeout())
+                .await;
+            let ended = self.ownership.now();
+            next = timing.next_renewal(t0, ended, attempt.is_ok());
             match attempt {
-                Ok(Ok(renewed)) => {
+                Ok(renewed) => {
                     for token in held {
                         if renewed.contains(&token.partition) {
                             self.ownership.renewed(token, t0);
@@ -188,21 +193,37 @@ impl LeaseManager {
                             }
                         }
                     }
-                    wait = timing.renew_interval;
                 }
-                failed => {
-                    let reason = match failed {
-                        Ok(Err(e)) => e,
-                        _ => "timed out".to_owned(),
-                    };
+                Err(reason) => {
                     tracing::warn!(held = held.len(), %reason, "lease renewal failed, partitions uncertain");
                     metrics::counter!(m::LEASE_RENEW_FAILURES).increment(held.len() as u64);
                     for token in held {
                         self.ownership.renew_failed(token);
                     }
-                    // Retry soon: a confirmed renewal before the deadline restores service.
-                    wait = timing.renew_interval / 4;
                 }
+            }
+        }
+    }
+
+    /// One renewal attempt, given up at `deadline`. A connection whose statement was given up is
+    /// discarded, not pooled: on a black-holed link the next attempt would queue behind it.
+    async fn renew_once(
+        &self,
+        held: &[crate::lease::FenceToken],
+        deadline: std::time::Instant,
+    ) -> Result<Vec<u32>, String> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let client = tokio::time::timeout_at(deadline, self.pool.get())
+            .await
+            .map_err(|_| "timed out waiting for a connection".to_owned())?
+            .map_err(|e| e.to_string())?;
+        let timing = self.ownership.timing();
+        let renewal = store::renew(&**client, &self.settings.replica_id, held, timing.ttl);
+        match tokio::time::timeout_at(deadline, renewal).await {
+            Ok(result) => result.map_err(|e| crate::error::describe(&e)),
+            Err(_) => {
+                let _ = deadpool_postgres::Object::take(client);
+                Err("timed out".to_owned())
             }
         }
     }

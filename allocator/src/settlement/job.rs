@@ -147,13 +147,19 @@ impl Job {
             return timing.renew_interval;
         };
         let t0 = self.clock.now();
-        let attempt = tokio::time::timeout(timing.renew_interval, async {
+        let attempt = tokio::time::timeout(timing.renew_attempt_timeout(), async {
             let client = self.pool.get().await.map_err(|e| e.to_string())?;
             store::renew(&**client, &self.settings.holder_id, term, timing.ttl)
                 .await
                 .map_err(|e| describe(&e))
         })
         .await;
+        let ended = self.clock.now();
+        let until_next = |confirmed| {
+            timing
+                .next_renewal(t0, ended, confirmed)
+                .saturating_duration_since(ended)
+        };
         let mut lease = self.lease.lock().expect("job lease lock");
         if lease.epoch() != Some(term) {
             // Lost (deadline, stall, fenced) while the renewal was in flight.
@@ -162,7 +168,7 @@ impl Job {
         match attempt {
             Ok(Ok(true)) => {
                 *lease = lease.on_renewed(timing, t0, self.clock.now());
-                timing.renew_interval
+                until_next(true)
             }
             Ok(Ok(false)) => {
                 drop(lease);
@@ -176,8 +182,9 @@ impl Job {
                 };
                 tracing::warn!(job = JOB, term, %reason, "job lease renewal failed, job paused");
                 *lease = lease.on_renew_failed();
-                // Retry soon: a confirmed renewal before the deadline restores authority.
-                timing.renew_interval / 4
+                // Retry on the lease timing's schedule: a confirmed renewal before the deadline
+                // restores authority.
+                until_next(false)
             }
         }
     }

@@ -2,6 +2,7 @@
 
 mod api;
 mod auth;
+mod batch_equivalence;
 #[allow(dead_code)]
 mod common;
 mod config;
@@ -11,7 +12,9 @@ mod hardening;
 mod lifecycle;
 mod openapi;
 mod processes;
+mod renewal;
 mod settlement;
 mod settlement_support;
 mod settlement_takeover;
+mod tenures;
 mod testkit_smoke;
