@@ -50,15 +50,53 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Newest modification time of the Rust sources the binaries are built from.
+fn newest_source() -> std::time::SystemTime {
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    let mut dirs: Vec<PathBuf> = ["allocator", "router", "loadtest", "schema"]
+        .iter()
+        .map(|d| repo_root().join(d))
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() {
+                if name != "target" && name != "tests" {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
+                    newest = newest.max(modified);
+                }
+            }
+        }
+    }
+    newest
+}
+
 fn binary(name: &str) -> PathBuf {
-    let bin = match name {
-        "chaos" => PathBuf::from(env!("CARGO_BIN_EXE_chaos")),
-        "chaos-check" => PathBuf::from(env!("CARGO_BIN_EXE_chaos-check")),
-        other => testkit::cargo_bin(other),
-    };
+    // This package's own binaries are built by the cargo run that runs this test.
+    match name {
+        "chaos" => return PathBuf::from(env!("CARGO_BIN_EXE_chaos")),
+        "chaos-check" => return PathBuf::from(env!("CARGO_BIN_EXE_chaos-check")),
+        _ => {}
+    }
+    let bin = testkit::cargo_bin(name);
     assert!(
         bin.is_file(),
         "{} is missing: run `cargo build --bins` (or the workspace's tests) first",
+        bin.display()
+    );
+    // A run of this package alone does not rebuild the others' binaries: refuse to read the
+    // help of a build older than the sources rather than report a stale difference.
+    let built = bin
+        .metadata()
+        .and_then(|m| m.modified())
+        .expect("binary mtime");
+    assert!(
+        built >= newest_source(),
+        "{} is older than the sources: run `cargo build --bins` (or the workspace's tests) first",
         bin.display()
     );
     bin
