@@ -10,6 +10,8 @@
 //! loadtest run   ... --order-ratio 0.2 --order-lines 3         # orders (router target)
 //! loadtest check --target URL --skus 1000 --prefix bench
 //! loadtest partitions --skus 100000 --prefix bench --partitions 16   # sku,partition CSV
+//! loadtest run   ... --cpu-watch postgres=PID --cpu-watch allocator=PID  # CPU µs per operation
+//! loadtest cpu   --watch postgres=PID --out cpu.json -- pgbench ...     # the same around a command
 //! ```
 //!
 //! Exit status: 0 on success, 1 when an invariant fails (run, check) or a SKU could not be
@@ -18,6 +20,7 @@
 mod chart;
 mod check;
 mod client;
+mod cpu;
 mod iteration;
 mod pacer;
 mod progress;
@@ -63,6 +66,9 @@ enum Command {
     /// Print `sku,partition` for {prefix}-0..N (the allocator's partition function), for
     /// loading SKUs straight into PostgreSQL.
     Partitions(PartitionsArgs),
+    /// Run a command (another load generator) and write its CPU and the CPU of watched process
+    /// trees over its run as JSON.
+    Cpu(cpu::CpuArgs),
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +201,11 @@ struct RunArgs {
     /// Concurrency of the snapshot, resolution and check reads.
     #[arg(long, env = "LOADTEST_CHECK_CONCURRENCY", default_value_t = 32)]
     check_concurrency: usize,
+    /// Report the CPU of this process tree over the load, per operation: `NAME=PID`
+    /// (repeatable; a PostgreSQL postmaster counts with all its backends). This process's own
+    /// CPU is always reported.
+    #[arg(long = "cpu-watch", env = "LOADTEST_CPU_WATCH", value_delimiter = ',')]
+    cpu_watches: Vec<cpu::Watch>,
 }
 
 #[derive(Debug, Args)]
@@ -385,6 +396,7 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
         progress_bar: !args.no_progress,
         progress,
         check_concurrency: args.check_concurrency,
+        cpu_watches: args.cpu_watches.clone(),
     })
     .await?;
     common.emit(&report, || report.render_text())?;
@@ -423,6 +435,16 @@ fn cmd_partitions(args: PartitionsArgs) -> anyhow::Result<bool> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let command = match cli.command {
+        // Runs another program and waits for it: no runtime needed.
+        Command::Cpu(args) => {
+            return cpu::cmd_cpu(args).unwrap_or_else(|e| {
+                eprintln!("loadtest: error: {e:#}");
+                ExitCode::from(2)
+            })
+        }
+        other => other,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -434,11 +456,12 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Seed(args) => cmd_seed(args).await,
             Command::Run(args) => cmd_run(args).await,
             Command::Check(args) => cmd_check(args).await,
             Command::Partitions(args) => cmd_partitions(args),
+            Command::Cpu(_) => unreachable!("answered above"),
         }
     });
     match result {
