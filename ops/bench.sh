@@ -8,6 +8,14 @@
 #                             row in turn, stop everything, print a Markdown table on stdout
 #   ops/bench.sh --short      the same rows for 4 s each and without the Redis rows: a couple of
 #                             minutes after the build, for a quick comparison
+#   ops/bench.sh --compare DIR
+#                             A/B of two builds in one invocation: DIR holds the baseline's
+#                             allocator, router and loadtest binaries; a second cluster runs them
+#                             beside the current build's, and BENCH_ROUNDS (2) rounds alternate
+#                             baseline and current on the same rows: closed loop uniform direct,
+#                             zipf routed, and open loop zipf at BENCH_COMPARE_RATE (1000/s)
+#                             direct and routed. Prints both and the ratios of throughput and of
+#                             CPU per operation (no pgbench or Redis rows)
 #   ops/bench.sh --help
 #
 # Rows, one after the other, each BENCH_DURATION seconds:
@@ -50,12 +58,19 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SHORT=""
-for arg in "$@"; do
-    case "$arg" in
+COMPARE=""
+while (($#)); do
+    case "$1" in
         --short) SHORT=1 ;;
+        --compare)
+            [[ $# -ge 2 ]] || die "--compare needs a directory with the baseline's binaries"
+            COMPARE="$(cd "$2" && pwd)" || die "--compare: no directory $2"
+            shift
+            ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) die "unknown argument '$arg' (try --help)" ;;
+        *) die "unknown argument '$1' (try --help)" ;;
     esac
+    shift
 done
 
 DURATION="${BENCH_DURATION:-${SHORT:+4}}"
@@ -66,13 +81,15 @@ PARTITIONS="${BENCH_PARTITIONS:-16}"
 SKUS="${BENCH_SKUS:-10000}"
 OPEN_FRACTIONS="${BENCH_OPEN_FRACTIONS:-0.25 0.5 0.8}"
 MAX_IN_FLIGHT="${BENCH_MAX_IN_FLIGHT:-256}"
+ROUNDS="${BENCH_ROUNDS:-2}"
+COMPARE_RATE="${BENCH_COMPARE_RATE:-1000}"
 BENCH_DIR="${BENCH_DIR:-$REPO_ROOT/.cluster/bench}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 LOADTEST="$TARGET_DIR/release/loadtest"
 BENCH_SQL="$OPS_DIR/bench"
 STOCK=1000000000
 
-for v in DURATION CONCURRENCY PARTITIONS SKUS MAX_IN_FLIGHT; do
+for v in DURATION CONCURRENCY PARTITIONS SKUS MAX_IN_FLIGHT ROUNDS COMPARE_RATE; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "BENCH_$v must be a positive integer, got '${!v}'"
 done
 for f in $OPEN_FRACTIONS; do
@@ -83,8 +100,8 @@ done
 # --- cleanup -------------------------------------------------------------------------------------
 
 CHILD=""
-CLUSTER_UP=""
-CLUSTER_STATE="$BENCH_DIR/cluster"
+# State directories of the clusters started (stopped by the trap).
+CLUSTERS=()
 
 # run_child CMD...: runs CMD in its own process group and waits, so a signal reaches our trap at
 # once and the trap can stop CMD's whole group.
@@ -105,11 +122,12 @@ cleanup() {
         kill -TERM -- "-$CHILD" 2>/dev/null || kill -TERM "$CHILD" 2>/dev/null || true
         wait "$CHILD" 2>/dev/null || true
     fi
-    if [[ -n "$CLUSTER_UP" ]]; then
-        info "stopping the benchmark cluster"
-        CLUSTER_DIR="$CLUSTER_STATE" CLUSTER_STOP_TIMEOUT=15 "$OPS_DIR/cluster.sh" down \
+    local state
+    for state in "${CLUSTERS[@]}"; do
+        info "stopping the benchmark cluster in ${state#"$REPO_ROOT"/}"
+        CLUSTER_DIR="$state" CLUSTER_STOP_TIMEOUT=15 "$OPS_DIR/cluster.sh" down \
             >>"$BENCH_DIR/cluster.down.log" 2>&1 || warn "ops/cluster.sh down failed (see $BENCH_DIR/cluster.down.log)"
-    fi
+    done
     exit "$rc"
 }
 trap cleanup EXIT
@@ -138,6 +156,11 @@ fi
 for bin in "$LOADTEST" "${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}" "${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"; do
     [[ -x "$bin" ]] || die "$bin not found (build it or unset BENCH_SKIP_BUILD)"
 done
+if [[ -n "$COMPARE" ]]; then
+    for bin in allocator router loadtest; do
+        [[ -x "$COMPARE/$bin" ]] || die "--compare: $COMPARE/$bin not found"
+    done
+fi
 mkdir -p "$BENCH_DIR"
 RESULTS="$BENCH_DIR/results.tsv"
 : >"$RESULTS"
@@ -146,37 +169,52 @@ START=$SECONDS
 
 # --- cluster -------------------------------------------------------------------------------------
 
-step "cluster: private durable PostgreSQL, private Redis, 1 allocator, 1 router ($PARTITIONS partitions)"
-CLUSTER_UP=1
-if ! run_child env CLUSTER_DIR="$CLUSTER_STATE" CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 \
-    CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATORS=1 CLUSTER_ROUTERS=1 CLUSTER_PARTITIONS="$PARTITIONS" \
-    CLUSTER_READY_TIMEOUT=60 CLUSTER_MAP_TIMEOUT=30 "$OPS_DIR/cluster.sh" up >"$BENCH_DIR/cluster.up.log" 2>&1; then
-    tail -n 25 "$BENCH_DIR/cluster.up.log" >&2 || true
-    die "cluster up failed (log $BENCH_DIR/cluster.up.log)"
-fi
-# shellcheck disable=SC1091
-source "$CLUSTER_STATE/cluster.env"
-ALLOCATOR_URL="${ALLOCATOR_URLS%% *}"
-PG_HOSTPORT="${DATABASE_URL#*@}"
-PG_HOSTPORT="${PG_HOSTPORT%%/*}"
-PG_PORT="${PG_HOSTPORT##*:}"
-REDIS_PORT="${REDIS_URL#redis://}"
-REDIS_PORT="${REDIS_PORT%%/*}"
-REDIS_PORT="${REDIS_PORT##*:}"
-psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
-PG_SETTINGS="$(psql_db -At "$DATABASE_URL" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', PostgreSQL ' || current_setting('server_version')")"
-info "allocator $ALLOCATOR_URL, router $ROUTER_URL, $PG_SETTINGS"
-[[ "$PG_SETTINGS" == "fsync=on, synchronous_commit=on"* ]] || die "PostgreSQL is not durable: $PG_SETTINGS"
+# start_cluster NAME ALLOCATOR_BIN ROUTER_BIN: a private durable PostgreSQL, a private Redis, one
+# allocator and one router in $BENCH_DIR/NAME; sets the cluster's globals (use_cluster).
+start_cluster() {
+    local name=$1 state="$BENCH_DIR/$1"
+    step "cluster $name: private durable PostgreSQL, private Redis, 1 allocator, 1 router ($PARTITIONS partitions)"
+    CLUSTERS+=("$state")
+    if ! run_child env CLUSTER_DIR="$state" CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 \
+        CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATORS=1 CLUSTER_ROUTERS=1 CLUSTER_PARTITIONS="$PARTITIONS" \
+        CLUSTER_ALLOCATOR_BIN="$2" CLUSTER_ROUTER_BIN="$3" \
+        CLUSTER_READY_TIMEOUT=60 CLUSTER_MAP_TIMEOUT=30 "$OPS_DIR/cluster.sh" up >"$BENCH_DIR/$name.up.log" 2>&1; then
+        tail -n 25 "$BENCH_DIR/$name.up.log" >&2 || true
+        die "cluster up failed (log $BENCH_DIR/$name.up.log)"
+    fi
+    use_cluster "$name"
+    local settings
+    settings="$(psql_db -At "$DATABASE_URL" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', PostgreSQL ' || current_setting('server_version')")"
+    info "$name: allocator $ALLOCATOR_URL, router $ROUTER_URL, $settings"
+    [[ "$settings" == "fsync=on, synchronous_commit=on"* ]] || die "PostgreSQL is not durable: $settings"
+    PG_SETTINGS=$settings
+}
 
-# The processes whose CPU every row reports: the postmaster (with all its backends), the
-# allocator and the router.
-PG_PID="$(head -n1 "$(cat "$CLUSTER_STATE/services/pg.base")/data/postmaster.pid" 2>/dev/null || true)"
-ALLOC_PID="$(head -n1 "$CLUSTER_STATE/run/alloc-1.pid" 2>/dev/null || true)"
-ROUTER_PID="$(head -n1 "$CLUSTER_STATE/run/router-1.pid" 2>/dev/null || true)"
-for v in PG_PID ALLOC_PID ROUTER_PID; do
-    [[ "${!v}" =~ ^[0-9]+$ ]] && pid_alive "${!v}" || die "cannot find the benchmark cluster's $v"
-done
-WATCH=("postgres=$PG_PID" "allocator=$ALLOC_PID" "router=$ROUTER_PID")
+# use_cluster NAME: point DATABASE_URL, REDIS_URL, ALLOCATOR_URL, ROUTER_URL, PG_PORT, REDIS_PORT and
+# WATCH (the postmaster with its backends, the allocator and the router, whose CPU every row
+# reports) at cluster NAME.
+use_cluster() {
+    local state="$BENCH_DIR/$1" v
+    # shellcheck disable=SC1091
+    source "$state/cluster.env"
+    ALLOCATOR_URL="${ALLOCATOR_URLS%% *}"
+    PG_PORT="${DATABASE_URL#*@}"
+    PG_PORT="${PG_PORT%%/*}"
+    PG_PORT="${PG_PORT##*:}"
+    REDIS_PORT="${REDIS_URL#redis://}"
+    REDIS_PORT="${REDIS_PORT%%/*}"
+    REDIS_PORT="${REDIS_PORT##*:}"
+    PG_PID="$(head -n1 "$(cat "$state/services/pg.base")/data/postmaster.pid" 2>/dev/null || true)"
+    ALLOC_PID="$(head -n1 "$state/run/alloc-1.pid" 2>/dev/null || true)"
+    ROUTER_PID="$(head -n1 "$state/run/router-1.pid" 2>/dev/null || true)"
+    for v in PG_PID ALLOC_PID ROUTER_PID; do
+        [[ "${!v}" =~ ^[0-9]+$ ]] && pid_alive "${!v}" || die "cannot find cluster $1's $v"
+    done
+    WATCH=("postgres=$PG_PID" "allocator=$ALLOC_PID" "router=$ROUTER_PID")
+}
+
+psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
+start_cluster cluster "${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}" "${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"
 info "CPU from /proc: postgres pid $PG_PID (and its backends), allocator pid $ALLOC_PID, router pid $ROUTER_PID"
 
 # row SYSTEM LABEL WORKLOAD LOAD FRACTION TPS P50 P99 P999 PG_US ALLOC_US ROUTER_US GEN_US INVARIANTS NOTE:
@@ -203,11 +241,14 @@ workload_label() {
 
 # --- pgbench -------------------------------------------------------------------------------------
 
-NAIVE_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_naive"
-step "naive baseline tables ($SKUS rows)"
-"$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_naive
-psql_db "$NAIVE_URL" -v partitions="$PARTITIONS" -v stock="$STOCK" -v skus="$SKUS" \
-    -f "$BENCH_SQL/naive_init.sql"
+# naive_tables: the naive baseline's database and tables on the current cluster's PostgreSQL.
+naive_tables() {
+    NAIVE_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_naive"
+    step "naive baseline tables ($SKUS rows)"
+    "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_naive
+    psql_db "$NAIVE_URL" -v partitions="$PARTITIONS" -v stock="$STOCK" -v skus="$SKUS" \
+        -f "$BENCH_SQL/naive_init.sql"
+}
 
 # pgbench_row WORKLOAD [FRACTION RATE]: the naive statement, closed loop or at RATE per second.
 pgbench_row() {
@@ -258,6 +299,7 @@ loadtest_row() {
     [[ $system == router ]] && url=$ROUTER_URL
     label="allocator"
     [[ $system == router ]] && label="router → allocator"
+    label+="${VARIANT:+ [$VARIANT]}"
     case $workload in
         uniform) skew=uniform ;;
         zipf) skew=zipf:1.1 ;;
@@ -298,6 +340,35 @@ loadtest_row() {
 }
 
 ROW_N=0
+VARIANT=""
+if [[ -n "$COMPARE" ]]; then
+    CURRENT_LOADTEST=$LOADTEST
+    start_cluster baseline "$COMPARE/allocator" "$COMPARE/router"
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for VARIANT in baseline current; do
+            use_cluster "$([[ $VARIANT == current ]] && echo cluster || echo baseline)"
+            LOADTEST="$([[ $VARIANT == current ]] && echo "$CURRENT_LOADTEST" || echo "$COMPARE/loadtest")"
+            step "round $round, $VARIANT"
+            loadtest_row allocator uniform
+            loadtest_row router zipf
+            loadtest_row allocator zipf open "$COMPARE_RATE"
+            loadtest_row router zipf open "$COMPARE_RATE"
+        done
+    done
+    TABLE="$BENCH_DIR/compare.md"
+    {
+        echo "Baseline $COMPARE against the current build, $ROUNDS rounds alternating, ${DURATION}s per row,"
+        echo "each on its own cluster (durable private PostgreSQL, 1 allocator, 1 router, $PARTITIONS partitions)."
+        echo
+        awk -F'\t' -v skus="$SKUS" -f "$BENCH_SQL/compare.awk" "$RESULTS"
+    } >"$TABLE"
+    echo
+    cat "$TABLE"
+    info "comparison done in $((SECONDS - START))s (build excluded); reports in ${BENCH_DIR#"$REPO_ROOT"/}"
+    exit "$FAILED"
+fi
+
+naive_tables
 for workload in uniform zipf hot; do
     step "closed loop, $(workload_label "$workload"): naive, direct, routed"
     pgbench_row "$workload"

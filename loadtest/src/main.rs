@@ -43,6 +43,11 @@ use crate::client::{Api, RetryPolicy};
 use crate::report::RunConfig;
 use crate::skew::{Skew, SkuPicker};
 
+/// mimalloc instead of glibc's malloc: every request allocates and frees small buffers, and the
+/// load generator's own CPU per request is part of what the benchmark must keep small.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "loadtest",
