@@ -57,6 +57,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Threads driving the load. One (the default) keeps every request and its connection on
+    /// one thread, with no wake-up across threads per answer: the cheapest per request, and
+    /// enough for tens of thousands of requests per second.
+    #[arg(long, global = true, env = "LOADTEST_THREADS", default_value_t = 1)]
+    threads: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -450,10 +455,20 @@ fn main() -> ExitCode {
         }
         other => other,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match cli.threads {
+        0 => {
+            eprintln!("loadtest: --threads must be at least 1");
+            return ExitCode::from(2);
+        }
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("loadtest: cannot start the runtime: {e}");

@@ -9,10 +9,13 @@
 //! buffer. Redirects are not followed and nothing is retried here: the forwarder's own rule
 //! decides what is retried, with the same id.
 //!
-//! The pool keeps up to [`UpstreamClient::new`]'s `max_idle` connections per allocator and
-//! closes idle ones after `idle_timeout`, which must stay below the allocators' keep-alive so a
+//! A pool (one per thread, see [`UpstreamClient`]) keeps up to `max_idle` connections per
+//! allocator and closes idle ones after `idle_timeout`, which must stay below the allocators' keep-alive so a
 //! request is rarely written into a connection the server is just closing.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -54,23 +57,62 @@ impl SendError {
     }
 }
 
-/// One per router, shared by all HTTP workers (cloning shares the pool).
-#[derive(Clone, Debug)]
+/// One per router, shared by all HTTP workers; each thread that sends through it gets a pool of
+/// its own.
+///
+/// A pooled connection is driven by a task on the runtime of the thread that opened it. actix
+/// serves each connection on one worker thread with a runtime of its own, so a pool shared by all
+/// workers hands a connection opened on one worker to a request on another, and every answer then
+/// crosses threads (a wake-up through the kernel in each direction). With a pool per thread a
+/// forwarded request and its upstream connection stay on one thread; the price is up to
+/// `max_idle` idle connections per allocator per worker thread.
+#[derive(Debug)]
 pub struct UpstreamClient {
-    inner: Client<HttpConnector, Full<Bytes>>,
+    /// Tells this client's per-thread pools apart from another's (tests run several routers in
+    /// one process, with different timeouts).
+    id: u64,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    max_idle: usize,
 }
+
+type Pooled = Client<HttpConnector, Full<Bytes>>;
+
+thread_local! {
+    /// This thread's pool of each [`UpstreamClient`].
+    static POOLS: RefCell<HashMap<u64, Pooled>> = RefCell::new(HashMap::new());
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 impl UpstreamClient {
     pub fn new(connect_timeout: Duration, idle_timeout: Duration, max_idle: usize) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.set_nodelay(true);
-        let inner = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(idle_timeout)
-            .pool_max_idle_per_host(max_idle)
-            .build(connector);
-        UpstreamClient { inner }
+        UpstreamClient {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            connect_timeout,
+            idle_timeout,
+            max_idle,
+        }
+    }
+
+    /// This thread's pool (a cheap handle: the pool itself is shared by the handle's clones).
+    fn pool(&self) -> Pooled {
+        POOLS.with(|pools| {
+            pools
+                .borrow_mut()
+                .entry(self.id)
+                .or_insert_with(|| {
+                    let mut connector = HttpConnector::new();
+                    connector.set_connect_timeout(Some(self.connect_timeout));
+                    connector.set_nodelay(true);
+                    Client::builder(TokioExecutor::new())
+                        .pool_timer(TokioTimer::new())
+                        .pool_idle_timeout(self.idle_timeout)
+                        .pool_max_idle_per_host(self.max_idle)
+                        .build(connector)
+                })
+                .clone()
+        })
     }
 
     /// Send `request` and read the whole answer within `timeout`.
@@ -80,7 +122,7 @@ impl UpstreamClient {
         timeout: Duration,
     ) -> Result<Answer, SendError> {
         let exchange = async {
-            let response = self.inner.request(request).await.map_err(|e| {
+            let response = self.pool().request(request).await.map_err(|e| {
                 if e.is_connect() {
                     SendError::Connect
                 } else {
