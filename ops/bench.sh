@@ -407,11 +407,11 @@ if ((REDIS_ROWS)); then
         n=$(((rps > 0 ? rps : 10000) * DURATION))
         info "redis $kind: $CONCURRENCY clients, $n requests (~${DURATION}s at the calibrated rate)"
         if run_child redis-benchmark "${args[@]}" -n "$n" EVALSHA "$SHA" 1 "$key" >"$out" 2>&1; then
-            tr '\r' '\n' <"$out" | awk -v kind="$kind" -v load="closed, $CONCURRENCY clients" '
+            tr '\r' '\n' <"$out" | awk -v kind="$kind" -v clients="closed, $CONCURRENCY clients" '
                 /throughput summary:/ { tps = $3 }
                 /^ *[0-9.]+% <= [0-9.]+ milliseconds/ { p = $1 + 0; if (p >= 99.9 && p999 == "") p999 = $3 }
                 /latency summary/ { getline; getline; p50 = $3; p99 = $5 }
-                END { printf "redis\tLua EVALSHA (redis-benchmark)\t%s\t%s\t-\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t\n", kind, load, tps, p50, p99, p999 }' >>"$RESULTS"
+                END { printf "redis\tLua EVALSHA (redis-benchmark)\t%s\t%s\t-\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t\n", kind, clients, tps, p50, p99, p999 }' >>"$RESULTS"
         else
             row redis "Lua EVALSHA (redis-benchmark)" "$kind" "closed, $CONCURRENCY clients" - failed 0 0 0 - - - - "-" ""
             FAILED=1
