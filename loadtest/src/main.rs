@@ -70,7 +70,7 @@ enum Command {
     Seed(SeedArgs),
     /// Reserve (or order) → confirm/release workload, closed or open loop; latency report and
     /// invariant checks.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Check I1 (available >= 0, on_hand = available + held + confirmed) on {prefix}-0..N.
     Check(CheckArgs),
     /// Print `sku,partition` for {prefix}-0..N (the allocator's partition function), for
@@ -478,7 +478,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match command {
             Command::Seed(args) => cmd_seed(args).await,
-            Command::Run(args) => cmd_run(args).await,
+            Command::Run(args) => cmd_run(*args).await,
             Command::Check(args) => cmd_check(args).await,
             Command::Partitions(args) => cmd_partitions(args),
             Command::Cpu(_) => unreachable!("answered above"),
