@@ -15,14 +15,18 @@
 //! * [`ChildProcess`]: a spawned service binary that can be crashed, frozen or stopped, with its
 //!   output captured to a log file; plus [`free_port`] and [`cargo_bin`] to launch it.
 //! * [`Browser`]: a headless Chromium driven over WebDriver, for the pages the services serve.
+//! * [`tree_cpu_time`], [`cpu_times`]: CPU time of a process tree (a PostgreSQL postmaster and its
+//!   backends) or one process, from `/proc`; the load generator reports CPU per operation with
+//!   them.
 //!
 //! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
 //! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
 //! with other users of those instances. Every handle cleans up its processes and temporary files
 //! in `Drop`, including while a failing test unwinds.
 //!
-//! The harness is its own crate, used only as a dev-dependency, so that no service binary links
-//! it and every crate's tests share one copy.
+//! The harness is its own crate, a dev-dependency of the services, so that no service binary links
+//! it and every crate's tests share one copy; the load generator (a tool, not a service) links it
+//! for the CPU readings.
 
 pub mod api_client;
 pub mod browser;
@@ -38,6 +42,6 @@ pub use self::api_client::{Answer, ApiClient};
 pub use self::browser::Browser;
 pub use self::postgres::{PgServer, ReplicatedPg, Replication};
 pub use self::process::{cargo_bin, free_port, ChildProcess};
-pub use self::procfs::resident_set_kib;
+pub use self::procfs::{cpu_times, resident_set_kib, tree_cpu_time, CpuTimes};
 pub use self::proxy::{ProxyMode, TcpProxy};
 pub use self::redis::RedisServer;
