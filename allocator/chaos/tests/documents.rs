@@ -384,13 +384,14 @@ fn configuration_tables_pair_flags_with_their_variables_and_defaults() {
                 let plain = doc_default
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || ".:_".contains(c));
-                if plain && ["none", "off", "CPUs"].iter().all(|w| doc_default != w) {
-                    if arg.default.as_deref() != Some(doc_default.as_str()) {
-                        wrong.push(format!(
-                            "{name}: {flag} defaults to {:?} in --help, the table says {doc_default}",
-                            arg.default
-                        ));
-                    }
+                if plain
+                    && ["none", "off", "CPUs"].iter().all(|w| doc_default != w)
+                    && arg.default.as_deref() != Some(doc_default.as_str())
+                {
+                    wrong.push(format!(
+                        "{name}: {flag} defaults to {:?} in --help, the table says {doc_default}",
+                        arg.default
+                    ));
                 }
             }
         }

@@ -212,9 +212,10 @@ impl Side {
         let conn = self.pool.get().await.unwrap();
         let mut answers = Vec::new();
         for (partition, command) in commands {
-            let outcome = fenced_transaction(&conn, self.fence(*partition), &[command.clone()])
-                .await
-                .expect("a single command runs");
+            let outcome =
+                fenced_transaction(&conn, self.fence(*partition), std::slice::from_ref(command))
+                    .await
+                    .expect("a single command runs");
             answers.push(comparable(&outcome[0]));
         }
         answers
