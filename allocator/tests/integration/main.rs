@@ -12,4 +12,5 @@ mod lifecycle;
 mod openapi;
 mod processes;
 mod settlement;
+mod tenants;
 mod testkit_smoke;

@@ -14,4 +14,5 @@ mod orders;
 mod prometheus;
 mod request_id;
 mod routing;
+mod tenants;
 mod ui;
