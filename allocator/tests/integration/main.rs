@@ -1,6 +1,7 @@
 //! The allocator's integration tests, in one binary so that they link once.
 
 mod api;
+mod audit;
 mod auth;
 #[allow(dead_code)]
 mod common;
