@@ -55,12 +55,17 @@ pub const AUTH_CLIENTS: &str = "allocator_auth_clients";
 /// (`max_quantity`; `max_held_per_sku` and `max_held_units` once the fenced batch decides them).
 pub const QUOTA_REFUSALS: &str = "allocator_quota_refusals_total";
 
+/// TLS certificate, key and CA reloads (SIGHUP) by `outcome`: `ok`, `failed` (the material in
+/// force stays).
+pub const TLS_RELOADS: &str = "allocator_tls_reloads_total";
+
 /// The names [`access::Gate`] records under.
 pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     client_requests: CLIENT_REQUESTS,
     auth_reloads: AUTH_RELOADS,
     auth_clients: AUTH_CLIENTS,
     quota_refusals: QUOTA_REFUSALS,
+    tls_reloads: TLS_RELOADS,
 };
 
 /// Seconds a partition had no live owner before it was acquired (database clock): after a planned

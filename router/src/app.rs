@@ -72,6 +72,14 @@ impl Application {
             )?)),
             None => None,
         };
+        let tls = match config.tls.clone() {
+            Some(settings) => Some(Arc::new(access::tls::ServerTls::load(settings)?)),
+            None => None,
+        };
+        let upstream_tls = match config.upstream_tls.clone() {
+            Some(settings) => Some(Arc::new(access::tls::ClientTls::load(settings)?)),
+            None => None,
+        };
         let pool = db::build_pool(&config, config.db_pool_size)?;
         let orders = Arc::new(OrderStore::new(
             db::build_pool(&config, config.orders_db_pool_size)?,
@@ -95,14 +103,18 @@ impl Application {
         // are dropped before the allocator's keep-alive (actix's default, 5 s) would close them,
         // so a request is rarely written into a connection the server is just closing — a reset
         // there is indistinguishable from a crash and would count as "may have been applied".
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(config.upstream_connect_timeout)
             .timeout(config.upstream_request_timeout)
             .pool_idle_timeout(UPSTREAM_POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(64)
-            .tcp_nodelay(true)
-            .build()
-            .context("building the upstream http client")?;
+            .tcp_nodelay(true);
+        // Allocators over HTTPS: verified against the configured CA, with this router's client
+        // certificate when they require one. Plain-HTTP allocators are reached as before.
+        if let Some(tls) = &upstream_tls {
+            http = http.tls_backend_preconfigured(tls.client_config()?);
+        }
+        let http = http.build().context("building the upstream http client")?;
         let forwarder = Arc::new(
             Forwarder::new(
                 http,
@@ -137,9 +149,17 @@ impl Application {
             ))),
             None => tracing::warn!("no redis url; routing by polling only"),
         }
+        let mut reloadable: Vec<Arc<dyn access::tls::Reload>> = Vec::new();
+        if let Some(tls) = &tls {
+            reloadable.push(tls.clone());
+        }
+        if let Some(tls) = upstream_tls {
+            reloadable.push(tls);
+        }
         tasks.push(access::spawn_sighup_reloader(
             access.clone(),
             upstream_token,
+            reloadable,
             shutdown.clone(),
         )?);
         tasks.push(tokio::spawn(metrics_upkeep(
@@ -159,7 +179,7 @@ impl Application {
             metrics: metrics_handle,
         });
         let console = crate::console::Console::new();
-        let mut server = HttpServer::new(move || {
+        let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
                 // Inside the request id, so refusals carry and log it.
@@ -171,8 +191,11 @@ impl Application {
                 .default_service(web::to(routes::not_found))
         })
         .disable_signals()
-        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS)
-        .listen(listener)?;
+        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS);
+        let mut server = match &tls {
+            Some(tls) => server.listen_rustls_0_23(listener, tls.server_config()?)?,
+            None => server.listen(listener)?,
+        };
         if let Some(workers) = config.workers {
             server = server.workers(workers);
         }
@@ -185,7 +208,7 @@ impl Application {
             tracing::info!("shutdown requested; draining http requests");
             handle.stop(true).await;
         }));
-        tracing::info!(port, listen = %config.listen, "router listening");
+        tracing::info!(port, listen = %config.listen, tls = tls.is_some(), "router listening");
         Ok(Application {
             port,
             server,

@@ -48,12 +48,17 @@ pub const UPSTREAM_AUTH_FAILURES_TOTAL: &str = "router_upstream_auth_failures_to
 /// (`max_quantity`; `max_held_per_sku` and `max_held_units` once the fenced batch decides them).
 pub const QUOTA_REFUSALS_TOTAL: &str = "router_quota_refusals_total";
 
+/// TLS certificate, key and CA reloads (SIGHUP) by `outcome`: `ok`, `failed` (the material in
+/// force stays).
+pub const TLS_RELOADS_TOTAL: &str = "router_tls_reloads_total";
+
 /// The names [`access::Gate`] records under.
 pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     client_requests: CLIENT_REQUESTS_TOTAL,
     auth_reloads: AUTH_RELOADS_TOTAL,
     auth_clients: AUTH_CLIENTS,
     quota_refusals: QUOTA_REFUSALS_TOTAL,
+    tls_reloads: TLS_RELOADS_TOTAL,
 };
 
 /// Buckets for upstream latency: sub-millisecond local hops up to the 5 s retry deadline.

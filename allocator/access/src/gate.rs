@@ -108,6 +108,8 @@ pub struct MetricNames {
     pub auth_clients: &'static str,
     /// Counter of quota refusals by `client` and `quota` (`max_quantity`, ...).
     pub quota_refusals: &'static str,
+    /// Counter of TLS material reloads (SIGHUP) by `outcome` (`ok`, `failed`).
+    pub tls_reloads: &'static str,
 }
 
 /// What the gate looks at in one request.
@@ -189,6 +191,10 @@ impl Gate {
             limits: ClientLimits::default(),
             metrics,
         })
+    }
+
+    pub fn metric_names(&self) -> &MetricNames {
+        &self.metrics
     }
 
     pub fn enabled(&self) -> bool {

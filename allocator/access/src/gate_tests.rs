@@ -11,6 +11,7 @@ const METRICS: MetricNames = MetricNames {
     auth_reloads: "test_auth_reloads_total",
     auth_clients: "test_auth_clients",
     quota_refusals: "test_quota_refusals_total",
+    tls_reloads: "test_tls_reloads_total",
 };
 
 /// `admit` as the middleware calls it.

@@ -22,6 +22,7 @@ pub mod middleware;
 pub mod policy;
 pub mod reload;
 pub mod table;
+pub mod tls;
 pub mod upstream;
 
 pub use check::BodyCheck;

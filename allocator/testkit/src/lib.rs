@@ -13,6 +13,7 @@
 //! * [`ChildProcess`]: a spawned service binary that can be crashed, frozen or stopped, with its
 //!   output captured to a log file; plus [`free_port`] and [`cargo_bin`] to launch it.
 //! * [`Browser`]: a headless Chromium driven over WebDriver, for the pages the services serve.
+//! * [`TestPki`]: a CA with server and client certificates it signed, for HTTPS and mutual TLS.
 //!
 //! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
 //! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
@@ -29,6 +30,7 @@ pub mod process;
 pub mod proxy;
 pub mod redis;
 pub mod shared;
+pub mod tls;
 
 mod procfs;
 
@@ -39,3 +41,4 @@ pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::resident_set_kib;
 pub use self::proxy::{ProxyMode, TcpProxy};
 pub use self::redis::RedisServer;
+pub use self::tls::TestPki;

@@ -15,4 +15,5 @@ mod prometheus;
 mod request_id;
 mod routing;
 mod tenants;
+mod tls;
 mod ui;
