@@ -8,29 +8,44 @@
 //!   by [`schema::routes::SKU_IN`]), and the per-client limits of [`limits`].
 //! * [`audit`]: the `audit` log lines of refusals and administrative writes.
 //! * [`middleware`]: the actix middleware both services wrap their API in.
-//! * [`upstream`]: the token a router presents to allocators; [`reload`]: SIGHUP re-reads both.
+//! * [`tls`]: HTTPS listeners and a router's TLS towards allocators, with rustls.
+//! * [`upstream`]: the token a router presents to allocators; [`reload`]: SIGHUP re-reads the
+//!   auth file, that token and the TLS material.
 //!
 //! With no auth file, authentication is off (every caller is `anonymous`) and only the limits,
-//! if configured, apply.
+//! if configured, apply. Without the default `http` feature only the parsers ([`table`],
+//! [`policy`]) are built, which is what the fuzz targets (`allocator/access/fuzz`) link.
 
-pub mod audit;
-mod check;
-pub mod error;
-pub mod gate;
-pub mod limits;
-pub mod middleware;
 pub mod policy;
-pub mod reload;
 pub mod table;
+
+#[cfg(feature = "http")]
+pub mod audit;
+#[cfg(feature = "http")]
+mod check;
+#[cfg(feature = "http")]
+pub mod error;
+#[cfg(feature = "http")]
+pub mod gate;
+#[cfg(feature = "http")]
+pub mod limits;
+#[cfg(feature = "http")]
+pub mod middleware;
+#[cfg(feature = "http")]
+pub mod reload;
+#[cfg(feature = "http")]
 pub mod tls;
+#[cfg(feature = "http")]
 pub mod upstream;
 
-pub use check::BodyCheck;
-pub use error::AccessError;
-pub use gate::{Flags, Gate, MetricNames, Role, Settings, ANONYMOUS};
-pub use middleware::{
-    current_client, current_policy, sku_visible, with_current_client, AccessControl,
-};
 pub use policy::{Policy, Quota};
-pub use reload::spawn_sighup_reloader;
-pub use upstream::UpstreamToken;
+
+#[cfg(feature = "http")]
+pub use {
+    check::BodyCheck,
+    error::AccessError,
+    gate::{Flags, Gate, MetricNames, Role, Settings, ANONYMOUS},
+    middleware::{current_client, current_policy, sku_visible, with_current_client, AccessControl},
+    reload::spawn_sighup_reloader,
+    upstream::UpstreamToken,
+};
