@@ -44,13 +44,22 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
 fi
 
 cd "$REPO_ROOT/allocator/access/fuzz"
+log_dir="$PWD/target/logs"
+mkdir -p "$log_dir"
 step "build the fuzz targets"
 cargo fuzz build --sanitizer none
 for target in "${TARGETS[@]}"; do
     step "fuzz $target for ${SECONDS_EACH}s"
     mkdir -p "corpus/$target"
     # -timeout: one input taking a second is a finding (the parsers are linear).
-    cargo fuzz run --sanitizer none "$target" -- \
-        -max_total_time="$SECONDS_EACH" -timeout=1 -max_len=4096 -print_final_stats=1
+    # libFuzzer's progress goes to a log; its final statistics and any finding are shown.
+    log_file="$log_dir/$target.log"
+    if ! cargo fuzz run --sanitizer none "$target" -- \
+        -max_total_time="$SECONDS_EACH" -timeout=1 -max_len=4096 -print_final_stats=1 \
+        >"$log_file" 2>&1; then
+        tail -n 60 "$log_file" >&2
+        die "$target: finding (input under allocator/access/fuzz/artifacts/$target/, log $log_file)"
+    fi
+    grep -E '^(Done|stat::(number_of_executed_units|new_units_added))' "$log_file" >&2 || true
     ok "$target: no finding in ${SECONDS_EACH}s"
 done
