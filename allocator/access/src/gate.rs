@@ -306,6 +306,8 @@ impl Gate {
         now: Instant,
     ) -> Result<Admitted, (String, AccessError)> {
         let (method, template, headers) = (request.method, request.template, request.headers);
+        // Looked up once: the scope check and the audit of administrative writes both need it.
+        let access = routes::access_for(method, template);
         let table = self.current();
         let caller = match &table {
             None => None,
@@ -316,7 +318,7 @@ impl Gate {
             ),
         };
         if let Some(caller) = &caller {
-            self.authorise(caller, method, template)
+            self.authorise(caller, access)
                 .map_err(|e| (caller.name.clone(), e))?;
         }
         let client = self.effective_client(caller.as_ref(), headers);
@@ -353,8 +355,8 @@ impl Gate {
         } else {
             None
         };
-        let admin_write = !method.eq_ignore_ascii_case("GET")
-            && routes::access_for(method, template) == Some(Access::Requires(Scope::Admin));
+        let admin_write =
+            access == Some(Access::Requires(Scope::Admin)) && !method.eq_ignore_ascii_case("GET");
         Ok(Admitted {
             client: Some(client),
             policy,
@@ -389,19 +391,14 @@ impl Gate {
         Ok((!policy.is_empty()).then(|| Arc::new(policy)))
     }
 
-    fn authorise(
-        &self,
-        caller: &Client,
-        method: &str,
-        template: Option<&str>,
-    ) -> Result<(), AccessError> {
+    fn authorise(&self, caller: &Client, access: Option<Access>) -> Result<(), AccessError> {
         let is_router = self.role == Role::Allocator && caller.scopes.contains(Scope::Router);
         if self.role == Role::Allocator && self.settings.require_router && !is_router {
             return Err(AccessError::RouterRequired {
                 client: caller.name.clone(),
             });
         }
-        match routes::access_for(method, template) {
+        match access {
             None | Some(Access::Open) => Ok(()),
             // A router checked its client's scopes before it forwarded.
             Some(Access::Requires(_)) if is_router => Ok(()),

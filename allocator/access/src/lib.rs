@@ -38,14 +38,17 @@ pub mod tls;
 #[cfg(feature = "http")]
 pub mod upstream;
 
-pub use policy::{Policy, Quota};
+pub use policy::{HoldQuotas, Policy, Quota};
 
 #[cfg(feature = "http")]
 pub use {
     check::BodyCheck,
     error::AccessError,
     gate::{Flags, Gate, MetricNames, Role, Settings, ANONYMOUS},
-    middleware::{current_client, current_policy, sku_visible, with_current_client, AccessControl},
+    middleware::{
+        current_client, current_hold_quotas, current_policy, sku_visible, with_current_client,
+        AccessControl,
+    },
     reload::spawn_sighup_reloader,
     upstream::UpstreamToken,
 };

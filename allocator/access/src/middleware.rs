@@ -26,7 +26,7 @@ use schema::wire::limits::BODY_MAX_BYTES;
 use crate::audit;
 use crate::check::{audited_ids, path_sku};
 use crate::gate::{Gate, Request, ANONYMOUS};
-use crate::policy::Policy;
+use crate::policy::{HoldQuotas, Policy};
 
 /// The client a request is served for, and what it may touch.
 #[derive(Debug, Clone)]
@@ -51,6 +51,13 @@ pub fn current_client() -> Option<String> {
 /// held-unit quotas to the fenced batch.
 pub fn current_policy() -> Option<Arc<Policy>> {
     CURRENT.try_with(|c| c.policy.clone()).ok().flatten()
+}
+
+/// The held-unit quotas of the current request's client (none outside a request or for a client
+/// without them): what an allocator hands the fenced batch with a reservation, which alone can
+/// decide them against what the client holds. Not enforced yet.
+pub fn current_hold_quotas() -> HoldQuotas {
+    current_policy().map_or_else(HoldQuotas::default, |p| p.hold_quotas())
 }
 
 /// Whether the current request's client may see a stored object of `sku` (a reservation read

@@ -43,6 +43,14 @@ impl Quota {
     }
 }
 
+/// The held-unit quotas of one client, as the fenced batch will take them with a reservation:
+/// `per_sku` units of one SKU, `units` over every SKU, held at once (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HoldQuotas {
+    pub per_sku: Option<i64>,
+    pub units: Option<i64>,
+}
+
 /// One entry of `skus=`: a prefix (`acme:*`) or one exact SKU (`beta:tee`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkuPattern(String);
@@ -188,6 +196,14 @@ impl Policy {
         }
     }
 
+    /// What the fenced batch must decide for this client's reservations.
+    pub fn hold_quotas(&self) -> HoldQuotas {
+        HoldQuotas {
+            per_sku: self.max_held_per_sku,
+            units: self.max_held_units,
+        }
+    }
+
     pub fn skus(&self) -> &[SkuPattern] {
         &self.skus
     }
@@ -232,6 +248,14 @@ mod tests {
         let held = Policy::parse_options("max_held_per_sku=2").unwrap();
         assert!(!held.is_empty() && !held.checks_requests());
         assert_eq!(held.quota(Quota::MaxHeldPerSku), Some(2));
+        assert_eq!(
+            held.hold_quotas(),
+            HoldQuotas {
+                per_sku: Some(2),
+                units: None
+            }
+        );
+        assert_eq!(empty.hold_quotas(), HoldQuotas::default());
     }
 
     #[test]
