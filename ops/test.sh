@@ -13,7 +13,9 @@
 #                               passes when the checker finds the stale-epoch writes); .ci/run
 #                               enables it. CHAOS_SEED and CHAOS_NC_SEED change the seeds.
 #   ops/test.sh --fuzz          after the tests: schemathesis against a live router and allocator
-#                               with tokens, 60 s each (ops/fuzz.sh; FUZZ_MAX_TIME); .ci/run
+#                               with tokens, 60 s each (ops/fuzz.sh; FUZZ_MAX_TIME), and the
+#                               cargo-fuzz targets of the auth-file, policy and request parsers,
+#                               30 s each (ops/fuzz-targets.sh; FUZZ_TARGET_SECONDS); .ci/run
 #                               enables it.
 #   ops/test.sh --restore-drill after the tests: the backup and point-in-time restore drill on a
 #                               small private cluster (ops/restore.sh --drill, about a minute);
@@ -185,6 +187,7 @@ fi
 
 if ((fuzz)); then
     FUZZ_SKIP_BUILD=1 run fuzz ops/fuzz.sh --max-time "${FUZZ_MAX_TIME:-60}"
+    run fuzz-targets ops/fuzz-targets.sh --seconds "${FUZZ_TARGET_SECONDS:-30}"
 fi
 
 echo >&2

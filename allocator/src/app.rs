@@ -51,15 +51,21 @@ impl Application {
             )
             .map_err(|e| anyhow::anyhow!("{}: {e}", crate::config::ACCESS_FLAGS.auth_file))?,
         );
+        // TLS material too: a certificate that does not parse refuses the start, naming its flag.
+        let tls = match config.tls.clone() {
+            Some(settings) => Some(Arc::new(access::tls::ServerTls::load(settings)?)),
+            None => None,
+        };
         let timing = LeaseTiming::new(config.lease_ttl, config.lease_margin, config.renew_interval)
             .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen)?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let advertise_url = config
             .advertise_url
             .clone()
-            .unwrap_or_else(|| format!("http://{}:{port}", config.listen.ip()));
+            .unwrap_or_else(|| format!("{scheme}://{}:{port}", config.listen.ip()));
 
         let pool_settings = PoolSettings {
             size: config.pool_size.get(),
@@ -167,7 +173,12 @@ impl Application {
         );
 
         let fence_task = fence.spawn_prober(shutdown.clone().cancelled_owned());
-        let reload_task = access::spawn_sighup_reloader(access.clone(), None, shutdown.clone())?;
+        let reloadable: Vec<Arc<dyn access::tls::Reload>> = tls
+            .iter()
+            .map(|tls| tls.clone() as Arc<dyn access::tls::Reload>)
+            .collect();
+        let reload_task =
+            access::spawn_sighup_reloader(access.clone(), None, reloadable, shutdown.clone())?;
         let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
             metrics.clone(),
             shutdown.clone(),
@@ -185,13 +196,18 @@ impl Application {
         let server = HttpServer::new(move || api::app(state.clone()))
             .workers(config.http_workers.get())
             .disable_signals()
-            .shutdown_timeout(5)
-            .listen(listener)?
-            .run();
+            .shutdown_timeout(5);
+        let server = match &tls {
+            Some(tls) => server.listen_rustls_0_23(listener, tls.server_config()?)?,
+            None => server.listen(listener)?,
+        }
+        .run();
         tracing::info!(
             replica_id = %config.replica_id,
             port,
             advertise_url = %advertise_url,
+            tls = tls.is_some(),
+            client_certificates = tls.as_ref().is_some_and(|t| t.requires_client_certificates()),
             partition_count,
             lease_ttl_ms = timing.ttl.as_millis() as u64,
             "allocator replica started"

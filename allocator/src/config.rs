@@ -161,6 +161,18 @@ pub struct ServeArgs {
     /// Requests in flight per client before `429`; off when absent.
     #[arg(long, env = "ALLOCATOR_CLIENT_CONCURRENCY")]
     pub client_concurrency: Option<usize>,
+
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key`. Re-read on
+    /// SIGHUP. Without it the replica serves plain HTTP.
+    #[arg(long, env = "ALLOCATOR_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "ALLOCATOR_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Require every caller to present a client certificate signed by this PEM CA (mutual TLS
+    /// with the routers); needs `--tls-cert`. Re-read on SIGHUP.
+    #[arg(long, env = "ALLOCATOR_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// Validated runtime configuration of one replica.
@@ -169,7 +181,7 @@ pub struct AllocatorConfig {
     pub database_url: String,
     pub listen: SocketAddr,
     pub replica_id: String,
-    /// `None` advertises `http://<bound listen address>`.
+    /// `None` advertises `http://<bound listen address>` (`https://` with [`Self::tls`]).
     pub advertise_url: Option<String>,
     /// `None` runs without publishing hints.
     pub redis_url: Option<String>,
@@ -197,6 +209,8 @@ pub struct AllocatorConfig {
     pub settlement_grace: Duration,
     /// Authentication and per-client limits.
     pub access: access::Settings,
+    /// HTTPS on the listener; `None` serves plain HTTP.
+    pub tls: Option<access::tls::ServerTlsSettings>,
 }
 
 /// A flag and the environment variable that sets it, for error messages.
@@ -247,6 +261,11 @@ pub const ACCESS_FLAGS: access::Flags = access::Flags {
     burst: "--client-burst (ALLOCATOR_CLIENT_BURST)",
     require_router: Some("--require-router (ALLOCATOR_REQUIRE_ROUTER)"),
 };
+
+/// The TLS flags, for refusals.
+pub const TLS_CERT_FLAG: &str = "--tls-cert (ALLOCATOR_TLS_CERT)";
+pub const TLS_KEY_FLAG: &str = "--tls-key (ALLOCATOR_TLS_KEY)";
+pub const TLS_CLIENT_CA_FLAG: &str = "--tls-client-ca (ALLOCATOR_TLS_CLIENT_CA)";
 
 fn non_zero(value: usize, flag: Flag) -> Result<NonZeroUsize> {
     NonZeroUsize::new(value).ok_or_else(|| anyhow::anyhow!("{flag} must be at least 1, got 0"))
@@ -305,6 +324,12 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
                     .transpose()?,
                 require_router: args.require_router,
             },
+            tls: access::tls::listener_settings(
+                (TLS_CERT_FLAG, args.tls_cert),
+                (TLS_KEY_FLAG, args.tls_key),
+                (TLS_CLIENT_CA_FLAG, args.tls_client_ca),
+            )
+            .map_err(anyhow::Error::msg)?,
         };
         config.validate()?;
         Ok(config)

@@ -198,3 +198,33 @@ fn access_flags_are_parsed_and_refused_by_name() {
     let error = refused(&["--client-concurrency", "0"]);
     assert!(error.contains("ALLOCATOR_CLIENT_CONCURRENCY"), "{error}");
 }
+
+#[test]
+fn tls_flags_come_in_working_sets() {
+    assert!(parse(&[]).unwrap().tls.is_none());
+    let config = parse(&[
+        "--tls-cert",
+        "/etc/allocator/cert.pem",
+        "--tls-key",
+        "/etc/allocator/key.pem",
+        "--tls-client-ca",
+        "/etc/allocator/routers-ca.pem",
+    ])
+    .unwrap();
+    let tls = config.tls.expect("tls settings");
+    assert_eq!(
+        tls.cert.path,
+        std::path::Path::new("/etc/allocator/cert.pem")
+    );
+    assert!(tls.client_ca.is_some());
+    let error = refused(&["--tls-cert", "/c.pem"]);
+    assert!(
+        error.contains("ALLOCATOR_TLS_CERT") && error.contains("ALLOCATOR_TLS_KEY"),
+        "{error}"
+    );
+    let error = refused(&["--tls-client-ca", "/ca.pem"]);
+    assert!(
+        error.contains("--tls-client-ca (ALLOCATOR_TLS_CLIENT_CA)"),
+        "{error}"
+    );
+}

@@ -43,18 +43,29 @@ pub const DROPPED_LEASE_RELEASES: &str = "allocator_dropped_lease_releases_total
 
 /// Requests by `client` (the authenticated caller, or the client a router named; `anonymous`
 /// with authentication off, `(none)` when no valid token was shown) and `outcome`: `ok`,
-/// `unauthenticated`, `forbidden`, `rate_limited`, `concurrency_limited`.
+/// `unauthenticated`, `forbidden`, `namespace_forbidden`, `rate_limited`, `concurrency_limited`,
+/// `quota_exceeded`. Client names come from auth files, so the label stays as small as they are.
 pub const CLIENT_REQUESTS: &str = "allocator_client_requests_total";
 /// Auth file reloads (SIGHUP) by `outcome`: `ok`, `failed` (the previous table stays).
 pub const AUTH_RELOADS: &str = "allocator_auth_reloads_total";
 /// Clients in the auth table in force.
 pub const AUTH_CLIENTS: &str = "allocator_auth_clients";
 
+/// Requests refused by a quota of the client's auth-file line, by `client` and `quota`
+/// (`max_quantity`; `max_held_per_sku` and `max_held_units` once the fenced batch decides them).
+pub const QUOTA_REFUSALS: &str = "allocator_quota_refusals_total";
+
+/// TLS certificate, key and CA reloads (SIGHUP) by `outcome`: `ok`, `failed` (the material in
+/// force stays).
+pub const TLS_RELOADS: &str = "allocator_tls_reloads_total";
+
 /// The names [`access::Gate`] records under.
 pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     client_requests: CLIENT_REQUESTS,
     auth_reloads: AUTH_RELOADS,
     auth_clients: AUTH_CLIENTS,
+    quota_refusals: QUOTA_REFUSALS,
+    tls_reloads: TLS_RELOADS,
 };
 
 // Storage fence (DESIGN.md §13), recorded by the `storage` crate under these names.

@@ -75,6 +75,14 @@ impl Application {
             )?)),
             None => None,
         };
+        let tls = match config.tls.clone() {
+            Some(settings) => Some(Arc::new(access::tls::ServerTls::load(settings)?)),
+            None => None,
+        };
+        let upstream_tls = match config.upstream_tls.clone() {
+            Some(settings) => Some(Arc::new(access::tls::ClientTls::load(settings)?)),
+            None => None,
+        };
         // Every configured host is read before the first map read, so a router that starts
         // while a revived old primary is reachable again reads the newest one (DESIGN.md §13).
         let fence = db::fence(&config)?;
@@ -103,11 +111,16 @@ impl Application {
         // keep-alive (actix's default, 5 s) would close them, so a request is rarely written into
         // a connection the server is just closing — a reset there is indistinguishable from a
         // crash and would count as "may have been applied".
-        let http = UpstreamClient::new(
+        let mut http = UpstreamClient::new(
             config.upstream_connect_timeout,
             UPSTREAM_POOL_IDLE_TIMEOUT,
             UPSTREAM_POOL_MAX_IDLE,
         );
+        // Allocators over HTTPS: verified against the configured CA, with this router's client
+        // certificate when they require one. Plain-HTTP allocators are reached as before.
+        if let Some(tls) = &upstream_tls {
+            http = http.with_tls(tls.client_config()?);
+        }
         let forwarder = Arc::new(
             Forwarder::new(
                 http,
@@ -145,9 +158,17 @@ impl Application {
             ))),
             None => tracing::warn!("no redis url; routing by polling only"),
         }
+        let mut reloadable: Vec<Arc<dyn access::tls::Reload>> = Vec::new();
+        if let Some(tls) = &tls {
+            reloadable.push(tls.clone());
+        }
+        if let Some(tls) = upstream_tls {
+            reloadable.push(tls);
+        }
         tasks.push(access::spawn_sighup_reloader(
             access.clone(),
             upstream_token,
+            reloadable,
             shutdown.clone(),
         )?);
         tasks.push(tokio::spawn(metrics_upkeep(
@@ -167,7 +188,7 @@ impl Application {
             metrics: metrics_handle,
         });
         let console = crate::console::Console::new();
-        let mut server = HttpServer::new(move || {
+        let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
                 // Inside the request id, so refusals carry and log it.
@@ -179,8 +200,11 @@ impl Application {
                 .default_service(web::to(routes::not_found))
         })
         .disable_signals()
-        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS)
-        .listen(listener)?;
+        .shutdown_timeout(SHUTDOWN_GRACE_SECONDS);
+        let mut server = match &tls {
+            Some(tls) => server.listen_rustls_0_23(listener, tls.server_config()?)?,
+            None => server.listen(listener)?,
+        };
         if let Some(workers) = config.workers {
             server = server.workers(workers);
         }
@@ -193,7 +217,7 @@ impl Application {
             tracing::info!("shutdown requested; draining http requests");
             handle.stop(true).await;
         }));
-        tracing::info!(port, listen = %config.listen, "router listening");
+        tracing::info!(port, listen = %config.listen, tls = tls.is_some(), "router listening");
         Ok(Application {
             port,
             server,

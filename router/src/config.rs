@@ -132,6 +132,25 @@ pub struct ServeArgs {
     /// Requests in flight per client before `429`; off when absent.
     #[arg(long, env = "ROUTER_CLIENT_CONCURRENCY")]
     pub client_concurrency: Option<usize>,
+
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key`. Re-read on
+    /// SIGHUP. Without it the router serves plain HTTP.
+    #[arg(long, env = "ROUTER_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "ROUTER_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Verify allocators served over HTTPS against this PEM CA (instead of the system's roots).
+    /// Re-read on SIGHUP.
+    #[arg(long, env = "ROUTER_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+    /// Present this PEM client certificate to allocators (mutual TLS); needs
+    /// `--upstream-client-key` and `--upstream-ca`. Re-read on SIGHUP.
+    #[arg(long, env = "ROUTER_UPSTREAM_CLIENT_CERT")]
+    pub upstream_client_cert: Option<PathBuf>,
+    /// The PEM private key of `--upstream-client-cert`.
+    #[arg(long, env = "ROUTER_UPSTREAM_CLIENT_KEY")]
+    pub upstream_client_key: Option<PathBuf>,
 }
 
 /// The access flags, for refusals.
@@ -142,6 +161,12 @@ pub const ACCESS_FLAGS: access::Flags = access::Flags {
     require_router: None,
 };
 pub const UPSTREAM_TOKEN_FLAG: &str = "--upstream-token-file (ROUTER_UPSTREAM_TOKEN_FILE)";
+/// The TLS flags, for refusals.
+pub const TLS_CERT_FLAG: &str = "--tls-cert (ROUTER_TLS_CERT)";
+pub const TLS_KEY_FLAG: &str = "--tls-key (ROUTER_TLS_KEY)";
+pub const UPSTREAM_CA_FLAG: &str = "--upstream-ca (ROUTER_UPSTREAM_CA)";
+pub const UPSTREAM_CLIENT_CERT_FLAG: &str = "--upstream-client-cert (ROUTER_UPSTREAM_CLIENT_CERT)";
+pub const UPSTREAM_CLIENT_KEY_FLAG: &str = "--upstream-client-key (ROUTER_UPSTREAM_CLIENT_KEY)";
 
 /// Validated runtime configuration.
 #[derive(Debug, Clone)]
@@ -171,6 +196,11 @@ pub struct RouterConfig {
     pub access: access::Settings,
     /// This router's credential towards allocators; `None` sends none.
     pub upstream_token_file: Option<PathBuf>,
+    /// HTTPS on the listener; `None` serves plain HTTP.
+    pub tls: Option<access::tls::ServerTlsSettings>,
+    /// The CA allocators are verified against, and the client certificate presented to them;
+    /// `None` verifies HTTPS allocators against the system's roots.
+    pub upstream_tls: Option<access::tls::ClientTlsSettings>,
 }
 
 impl RouterConfig {
@@ -195,6 +225,8 @@ impl RouterConfig {
             feed_ping_interval: Duration::from_secs(2),
             access: access::Settings::off(),
             upstream_token_file: None,
+            tls: None,
+            upstream_tls: None,
         }
     }
 
@@ -305,6 +337,18 @@ impl TryFrom<ServeArgs> for RouterConfig {
                 require_router: false,
             },
             upstream_token_file: args.upstream_token_file,
+            tls: access::tls::listener_settings(
+                (TLS_CERT_FLAG, args.tls_cert),
+                (TLS_KEY_FLAG, args.tls_key),
+                ("", None),
+            )
+            .map_err(anyhow::Error::msg)?,
+            upstream_tls: access::tls::upstream_settings(
+                (UPSTREAM_CA_FLAG, args.upstream_ca),
+                (UPSTREAM_CLIENT_CERT_FLAG, args.upstream_client_cert),
+                (UPSTREAM_CLIENT_KEY_FLAG, args.upstream_client_key),
+            )
+            .map_err(anyhow::Error::msg)?,
             ..RouterConfig::new(String::new())
         };
         config.validate()?;
@@ -313,105 +357,5 @@ impl TryFrom<ServeArgs> for RouterConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn command_line_defaults_match_new() {
-        let cli = Cli::try_parse_from([
-            "router",
-            "serve",
-            "--database-url",
-            "postgres://x/y",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .unwrap();
-        let Command::Serve(args) = cli.command;
-        let config = RouterConfig::try_from(args).unwrap();
-        let defaults = RouterConfig::new("postgres://x/y");
-        assert_eq!(config.poll_interval, defaults.poll_interval);
-        assert_eq!(config.retry_deadline, defaults.retry_deadline);
-        assert_eq!(config.db_pool_size, defaults.db_pool_size);
-        assert_eq!(config.orders_db_pool_size, defaults.orders_db_pool_size);
-        assert_eq!(
-            config.upstream_request_timeout,
-            defaults.upstream_request_timeout
-        );
-        assert_eq!(
-            config.allocator_request_timeout,
-            defaults.allocator_request_timeout
-        );
-        assert_eq!(config.redis_url, None);
-        config.validate().unwrap();
-    }
-
-    #[test]
-    fn an_attempt_must_outlast_the_allocator_deadline() {
-        let mut config = RouterConfig::new("postgres://x/y");
-        // The default covers the allocators' default deadline with room to spare.
-        assert!(
-            config.upstream_request_timeout
-                >= config.allocator_request_timeout + ALLOCATOR_ANSWER_SLACK
-        );
-        config.validate().unwrap();
-        // The old default (2 s against the allocators' 5 s) abandoned attempts still running.
-        config.upstream_request_timeout = Duration::from_millis(2000);
-        let err = config.validate().unwrap_err().to_string();
-        assert!(err.contains("request deadline"), "{err}");
-        config.allocator_request_timeout = Duration::from_millis(1000);
-        config.validate().unwrap();
-    }
-
-    #[test]
-    fn access_flags_parse_and_refusals_name_them() {
-        let parse = |extra: &[&str]| {
-            let mut argv = vec!["router", "serve", "--database-url", "postgres://x/y"];
-            argv.extend_from_slice(extra);
-            let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command;
-            RouterConfig::try_from(args)
-        };
-        let config = parse(&[
-            "--auth-file",
-            "/etc/router/auth",
-            "--upstream-token-file",
-            "/etc/router/token",
-            "--client-rate",
-            "10",
-            "--client-burst",
-            "20",
-            "--client-concurrency",
-            "4",
-        ])
-        .unwrap();
-        assert_eq!(config.access.rate, Some(10.0));
-        assert_eq!(config.access.burst, Some(20));
-        assert_eq!(config.access.concurrency.map(NonZeroUsize::get), Some(4));
-        assert!(config.upstream_token_file.is_some());
-        assert_eq!(parse(&[]).unwrap().access, access::Settings::off());
-        let error = parse(&["--client-concurrency", "0"])
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("ROUTER_CLIENT_CONCURRENCY"), "{error}");
-        let error = parse(&["--client-rate=-1"]).unwrap_err().to_string();
-        assert!(
-            error.contains("--client-rate (ROUTER_CLIENT_RATE)"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn rejects_zero_durations() {
-        let mut config = RouterConfig::new("postgres://x/y");
-        config.retry_deadline = Duration::ZERO;
-        let err = config.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("--retry-deadline-ms") && err.contains("ROUTER_RETRY_DEADLINE_MS"),
-            "{err}"
-        );
-        let mut config = RouterConfig::new("postgres://x/y");
-        config.db_pool_size = 0;
-        let err = config.validate().unwrap_err().to_string();
-        assert!(err.contains("ROUTER_DB_POOL_SIZE"), "{err}");
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use schema::wire::{
-    Problem, HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_EPOCH, HEADER_EXPECTED_EPOCH,
-    HEADER_ORDER_LINE, HEADER_REPLAYED, HEADER_REQUEST_ID,
+    Problem, HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_CLIENT_POLICY, HEADER_EPOCH,
+    HEADER_EXPECTED_EPOCH, HEADER_ORDER_LINE, HEADER_REPLAYED, HEADER_REQUEST_ID,
 };
 use serde::de::DeserializeOwned;
 
@@ -444,6 +444,11 @@ impl Forwarder {
         // holding the `router` scope.
         if let Some(client) = access::current_client() {
             builder = builder.header(HEADER_CLIENT, client);
+        }
+        // Its namespaces and quotas, for checks only the owner can make (a stored reservation's
+        // SKU, held units); sent for clients that have any.
+        if let Some(policy) = access::current_policy() {
+            builder = builder.header(HEADER_CLIENT_POLICY, policy.header());
         }
         if req.order_line {
             builder = builder.header(HEADER_ORDER_LINE, "true");

@@ -38,7 +38,8 @@ pub const ORDER_LOCKS_LOST_TOTAL: &str = "router_order_locks_lost_total";
 
 /// Requests by `client` (the authenticated caller; `anonymous` with authentication off, `(none)`
 /// when no valid token was shown) and `outcome`: `ok`, `unauthenticated`, `forbidden`,
-/// `rate_limited`, `concurrency_limited`.
+/// `namespace_forbidden`, `rate_limited`, `concurrency_limited`, `quota_exceeded`. Client names
+/// come from the auth file, so the label stays as small as it is.
 pub const CLIENT_REQUESTS_TOTAL: &str = "router_client_requests_total";
 /// Auth file reloads (SIGHUP) by `outcome`: `ok`, `failed` (the previous table stays).
 pub const AUTH_RELOADS_TOTAL: &str = "router_auth_reloads_total";
@@ -48,11 +49,21 @@ pub const AUTH_CLIENTS: &str = "router_auth_clients";
 /// misconfigured `--upstream-token-file` or allocator auth file.
 pub const UPSTREAM_AUTH_FAILURES_TOTAL: &str = "router_upstream_auth_failures_total";
 
+/// Requests refused by a quota of the client's auth-file line, by `client` and `quota`
+/// (`max_quantity`; `max_held_per_sku` and `max_held_units` once the fenced batch decides them).
+pub const QUOTA_REFUSALS_TOTAL: &str = "router_quota_refusals_total";
+
+/// TLS certificate, key and CA reloads (SIGHUP) by `outcome`: `ok`, `failed` (the material in
+/// force stays).
+pub const TLS_RELOADS_TOTAL: &str = "router_tls_reloads_total";
+
 /// The names [`access::Gate`] records under.
 pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     client_requests: CLIENT_REQUESTS_TOTAL,
     auth_reloads: AUTH_RELOADS_TOTAL,
     auth_clients: AUTH_CLIENTS,
+    quota_refusals: QUOTA_REFUSALS_TOTAL,
+    tls_reloads: TLS_RELOADS_TOTAL,
 };
 
 // Storage fence (DESIGN.md §13), recorded by the `storage` crate under these names.

@@ -12,6 +12,11 @@
 //! A pool (one per thread, see [`UpstreamClient`]) keeps up to `max_idle` connections per
 //! allocator and closes idle ones after `idle_timeout`, which must stay below the allocators' keep-alive so a
 //! request is rarely written into a connection the server is just closing.
+//!
+//! With an upstream TLS configuration (`--upstream-ca`, optionally a client certificate for
+//! mutual TLS) the pools connect through rustls (`hyper-rustls`) and reach `https://` allocators;
+//! `http://` ones are still reached in plain text. Without one, the pools are plain HTTP and no
+//! TLS code runs on the request path.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -21,6 +26,7 @@ use std::time::Duration;
 use actix_web::web::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderMap;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -74,9 +80,16 @@ pub struct UpstreamClient {
     connect_timeout: Duration,
     idle_timeout: Duration,
     max_idle: usize,
+    /// The rustls configuration for `https://` allocators; `None`: plain HTTP only.
+    tls: Option<rustls::ClientConfig>,
 }
 
-type Pooled = Client<HttpConnector, Full<Bytes>>;
+/// A thread's pool: plain, or able to speak TLS (`https://`) as well as plain HTTP.
+#[derive(Clone)]
+enum Pooled {
+    Plain(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
 
 thread_local! {
     /// This thread's pool of each [`UpstreamClient`].
@@ -92,7 +105,15 @@ impl UpstreamClient {
             connect_timeout,
             idle_timeout,
             max_idle,
+            tls: None,
         }
+    }
+
+    /// Reach `https://` allocators with `config` (verifying them against its CA, presenting its
+    /// client certificate if it has one); `http://` allocators are still reached in plain text.
+    pub fn with_tls(mut self, config: rustls::ClientConfig) -> Self {
+        self.tls = Some(config);
+        self
     }
 
     /// This thread's pool (a cheap handle: the pool itself is shared by the handle's clones).
@@ -105,11 +126,25 @@ impl UpstreamClient {
                     let mut connector = HttpConnector::new();
                     connector.set_connect_timeout(Some(self.connect_timeout));
                     connector.set_nodelay(true);
-                    Client::builder(TokioExecutor::new())
+                    let mut builder = Client::builder(TokioExecutor::new());
+                    builder
                         .pool_timer(TokioTimer::new())
                         .pool_idle_timeout(self.idle_timeout)
-                        .pool_max_idle_per_host(self.max_idle)
-                        .build(connector)
+                        .pool_max_idle_per_host(self.max_idle);
+                    match &self.tls {
+                        None => Pooled::Plain(builder.build(connector)),
+                        Some(config) => {
+                            // The TLS connector wraps the plain one, so https:// URLs are
+                            // not refused by the inner connector's scheme check.
+                            connector.enforce_http(false);
+                            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                                .with_tls_config(config.clone())
+                                .https_or_http()
+                                .enable_http1()
+                                .wrap_connector(connector);
+                            Pooled::Tls(builder.build(https))
+                        }
+                    }
                 })
                 .clone()
         })
@@ -122,7 +157,11 @@ impl UpstreamClient {
         timeout: Duration,
     ) -> Result<Answer, SendError> {
         let exchange = async {
-            let response = self.pool().request(request).await.map_err(|e| {
+            let response = match self.pool() {
+                Pooled::Plain(client) => client.request(request).await,
+                Pooled::Tls(client) => client.request(request).await,
+            }
+            .map_err(|e| {
                 if e.is_connect() {
                     SendError::Connect
                 } else {

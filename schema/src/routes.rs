@@ -173,6 +173,63 @@ pub const ACCESS: &[(Route, Access)] = &[
     (UI, Access::Open),
 ];
 
+/// Where a route names the SKUs it touches, for clients confined to SKU namespaces (`skus=` in
+/// the auth file): the one table both services check a request's SKUs by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkuIn {
+    /// The route touches no SKU's data (probes, documents, the cluster's own state).
+    Nowhere,
+    /// The `{sku}` path segment.
+    Path,
+    /// The `sku` of a reservation body ([`crate::wire::ReserveRequest`]).
+    ReserveBody,
+    /// The `sku` of every line of an order body ([`crate::wire::OrderRequest`]).
+    OrderBody,
+    /// The stored reservation the `{reservation_id}` names: only the allocator that reads it can
+    /// tell, and answers `404` for a SKU outside the caller's namespaces (no existence leak).
+    StoredReservation,
+}
+
+/// Every route with where its SKUs are. A route missing here is refused to a namespaced client
+/// (fails closed), and fails the test below.
+pub const SKU_IN: &[(Route, SkuIn)] = &[
+    (RESERVE, SkuIn::ReserveBody),
+    (GET_RESERVATION, SkuIn::StoredReservation),
+    (CONFIRM, SkuIn::StoredReservation),
+    (RELEASE, SkuIn::StoredReservation),
+    (GET_INVENTORY, SkuIn::Path),
+    (ADJUST, SkuIn::Path),
+    (RESERVE_ORDER, SkuIn::OrderBody),
+    (PARTITIONS, SkuIn::Nowhere),
+    (SETTLEMENT_STATUS, SkuIn::Nowhere),
+    (HEALTHZ, SkuIn::Nowhere),
+    (READYZ, SkuIn::Nowhere),
+    (METRICS, SkuIn::Nowhere),
+    (OPENAPI, SkuIn::Nowhere),
+    (DOCS, SkuIn::Nowhere),
+    (CLUSTER_OVERVIEW, SkuIn::Nowhere),
+    (UI, SkuIn::Nowhere),
+];
+
+/// Where the request matched by `method` and `template` names its SKUs: `Some(Nowhere)` when no
+/// route matched (a `404`) or the method is not the route's (a `405`), `None` for a registered
+/// route missing from [`SKU_IN`].
+pub fn sku_in(method: &str, template: Option<&str>) -> Option<SkuIn> {
+    let Some(template) = template else {
+        return Some(SkuIn::Nowhere);
+    };
+    let mut known_path = false;
+    for (route, sku_in) in SKU_IN {
+        if route.path == template {
+            if route.method.eq_ignore_ascii_case(method) {
+                return Some(*sku_in);
+            }
+            known_path = true;
+        }
+    }
+    known_path.then_some(SkuIn::Nowhere)
+}
+
 /// Paths answered without a credential, whatever the method: liveness and readiness probes,
 /// the Prometheus scrape, the API description and its viewer, and the operations page (static;
 /// the data it draws needs a token). A path here is open also when it is not (yet) in [`ALL`]; a
@@ -289,6 +346,40 @@ mod tests {
                 route.path
             );
         }
+    }
+
+    #[test]
+    fn every_route_says_where_its_skus_are() {
+        for route in ALL {
+            let entries: Vec<_> = SKU_IN.iter().filter(|(r, _)| r == route).collect();
+            assert_eq!(
+                entries.len(),
+                1,
+                "{} {} in SKU_IN",
+                route.method,
+                route.path
+            );
+            // A `{sku}` segment is where the SKU is; no other route reads one from the path.
+            assert_eq!(
+                route.path.contains("{sku}"),
+                entries[0].1 == SkuIn::Path,
+                "{} {}",
+                route.method,
+                route.path
+            );
+            assert_eq!(
+                route.path.contains("{reservation_id}"),
+                entries[0].1 == SkuIn::StoredReservation,
+                "{} {}",
+                route.method,
+                route.path
+            );
+        }
+        assert_eq!(sku_in("POST", Some(ADJUST.path)), Some(SkuIn::Path));
+        assert_eq!(sku_in("post", Some(RESERVE.path)), Some(SkuIn::ReserveBody));
+        assert_eq!(sku_in("DELETE", Some(ADJUST.path)), Some(SkuIn::Nowhere));
+        assert_eq!(sku_in("GET", None), Some(SkuIn::Nowhere));
+        assert_eq!(sku_in("POST", Some("/v1/admin/new")), None);
     }
 
     #[test]

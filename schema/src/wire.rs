@@ -41,6 +41,13 @@ pub const HEADER_REQUEST_ID: &str = "x-request-id";
 /// ([`crate::routes::Scope::Router`]) and otherwise ignores it.
 pub const HEADER_CLIENT: &str = "x-allocator-client";
 
+/// What the client a router forwards for may touch: the SKU namespaces and quotas of its line of
+/// the router's auth file, in the auth file's own option grammar (`skus=acme:* max_quantity=2`).
+/// Sent only for clients that have any. An allocator takes it from a caller holding the `router`
+/// scope, or with authentication off (it can only narrow what an anonymous caller may do), and
+/// ignores it from any other caller.
+pub const HEADER_CLIENT_POLICY: &str = "x-allocator-client-policy";
+
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// Bounds on request fields, documented in the README and the OpenAPI document.
@@ -237,6 +244,13 @@ pub struct Problem {
     /// retry with the same id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome_unknown: Option<bool>,
+    /// `quota-exceeded`: which quota of the client's auth-file line refused the request
+    /// (`max_quantity`, `max_held_per_sku`, `max_held_units`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
+    /// `quota-exceeded`: the quota's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
 }
 
 /// Problem type URIs; stable, documented in the README.
@@ -256,6 +270,10 @@ pub mod problem_type {
     pub const UNAUTHENTICATED: &str = "urn:allocator:problem:unauthenticated";
     pub const FORBIDDEN: &str = "urn:allocator:problem:forbidden";
     pub const RATE_LIMITED: &str = "urn:allocator:problem:rate-limited";
+    /// A SKU outside the namespaces (`skus=`) of the client's auth-file line.
+    pub const NAMESPACE_FORBIDDEN: &str = "urn:allocator:problem:namespace-forbidden";
+    /// A per-client quota; the problem's `quota` member names it, `limit` gives its value.
+    pub const QUOTA_EXCEEDED: &str = "urn:allocator:problem:quota-exceeded";
 
     /// Every problem type above, so that the API document's conformance test can require each
     /// one to be documented; a type added above belongs here too.
@@ -275,6 +293,8 @@ pub mod problem_type {
         UNAUTHENTICATED,
         FORBIDDEN,
         RATE_LIMITED,
+        NAMESPACE_FORBIDDEN,
+        QUOTA_EXCEEDED,
     ];
 }
 

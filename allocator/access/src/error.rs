@@ -3,6 +3,8 @@
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use schema::routes::Scope;
+
+use crate::policy::Quota;
 use schema::wire::{Problem, ProblemType, PROBLEM_CONTENT_TYPE};
 
 /// The `WWW-Authenticate` challenge of every `401` (RFC 6750 §3).
@@ -30,6 +32,17 @@ pub enum AccessError {
     },
     #[error("client {client} already has {limit} requests in flight")]
     ConcurrencyLimited { client: String, limit: usize },
+    #[error("client {client} may not touch sku {sku}: it is outside the client's namespaces")]
+    OutsideNamespace { client: String, sku: String },
+    #[error("client {client} asked for {requested} units; its {} is {limit}", quota.as_str())]
+    QuotaExceeded {
+        client: String,
+        quota: Quota,
+        limit: i64,
+        requested: i64,
+    },
+    #[error("the router's client policy header is malformed: {reason}")]
+    MalformedPolicy { reason: String },
 }
 
 impl AccessError {
@@ -38,12 +51,14 @@ impl AccessError {
             AccessError::MissingToken | AccessError::MalformedToken | AccessError::UnknownToken => {
                 ProblemType::Unauthenticated
             }
-            AccessError::MissingScope { .. } | AccessError::RouterRequired { .. } => {
-                ProblemType::Forbidden
-            }
+            AccessError::MissingScope { .. }
+            | AccessError::RouterRequired { .. }
+            | AccessError::MalformedPolicy { .. } => ProblemType::Forbidden,
             AccessError::RateLimited { .. } | AccessError::ConcurrencyLimited { .. } => {
                 ProblemType::RateLimited
             }
+            AccessError::OutsideNamespace { .. } => ProblemType::NamespaceForbidden,
+            AccessError::QuotaExceeded { .. } => ProblemType::QuotaExceeded,
         }
     }
 
@@ -53,10 +68,25 @@ impl AccessError {
             AccessError::MissingToken | AccessError::MalformedToken | AccessError::UnknownToken => {
                 "unauthenticated"
             }
-            AccessError::MissingScope { .. } | AccessError::RouterRequired { .. } => "forbidden",
+            AccessError::MissingScope { .. }
+            | AccessError::RouterRequired { .. }
+            | AccessError::MalformedPolicy { .. } => "forbidden",
             AccessError::RateLimited { .. } => "rate_limited",
             AccessError::ConcurrencyLimited { .. } => "concurrency_limited",
+            AccessError::OutsideNamespace { .. } => "namespace_forbidden",
+            AccessError::QuotaExceeded { .. } => "quota_exceeded",
         }
+    }
+
+    /// Whether this refusal is one of authentication or authorisation (audited), rather than
+    /// of a limit (counted only).
+    pub fn is_access_refusal(&self) -> bool {
+        !matches!(
+            self,
+            AccessError::RateLimited { .. }
+                | AccessError::ConcurrencyLimited { .. }
+                | AccessError::QuotaExceeded { .. }
+        )
     }
 
     /// Seconds to wait before retrying a `429`. A request refused for concurrency may go again
@@ -70,7 +100,13 @@ impl AccessError {
     }
 
     pub fn problem(&self) -> Problem {
-        Problem::new(self.kind(), self.to_string()).with_status(self.status_code().as_u16())
+        let mut problem =
+            Problem::new(self.kind(), self.to_string()).with_status(self.status_code().as_u16());
+        if let AccessError::QuotaExceeded { quota, limit, .. } = self {
+            problem.quota = Some(quota.as_str().to_owned());
+            problem.limit = Some(*limit);
+        }
+        problem
     }
 }
 
@@ -80,9 +116,13 @@ impl ResponseError for AccessError {
             AccessError::MissingToken | AccessError::MalformedToken | AccessError::UnknownToken => {
                 StatusCode::UNAUTHORIZED
             }
-            AccessError::MissingScope { .. } | AccessError::RouterRequired { .. } => {
-                StatusCode::FORBIDDEN
-            }
+            AccessError::MissingScope { .. }
+            | AccessError::RouterRequired { .. }
+            | AccessError::MalformedPolicy { .. }
+            | AccessError::OutsideNamespace { .. } => StatusCode::FORBIDDEN,
+            // A quota is the client's own allowance too. `max_quantity` refuses the request
+            // whenever it is sent, so no `Retry-After` goes with it.
+            AccessError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             // Concurrency too: the client is over its own allowance, and a `503` would make a
             // router treat the owner as unavailable, refresh its map and retry elsewhere.
             AccessError::RateLimited { .. } | AccessError::ConcurrencyLimited { .. } => {
@@ -145,6 +185,24 @@ mod tests {
                 429,
                 problem_type::RATE_LIMITED,
             ),
+            (
+                AccessError::OutsideNamespace {
+                    client: "a".into(),
+                    sku: "other:1".into(),
+                },
+                403,
+                problem_type::NAMESPACE_FORBIDDEN,
+            ),
+            (
+                AccessError::QuotaExceeded {
+                    client: "a".into(),
+                    quota: Quota::MaxQuantity,
+                    limit: 2,
+                    requested: 3,
+                },
+                429,
+                problem_type::QUOTA_EXCEEDED,
+            ),
         ];
         for (error, status, kind) in cases {
             let response = error.error_response();
@@ -167,5 +225,20 @@ mod tests {
         }
         .error_response();
         assert_eq!(limited.headers().get(header::RETRY_AFTER).unwrap(), "3");
+        let quota = AccessError::QuotaExceeded {
+            client: "a".into(),
+            quota: Quota::MaxQuantity,
+            limit: 2,
+            requested: 3,
+        };
+        let problem = quota.problem();
+        assert_eq!(
+            (problem.quota.as_deref(), problem.limit),
+            (Some("max_quantity"), Some(2))
+        );
+        assert!(!quota
+            .error_response()
+            .headers()
+            .contains_key(header::RETRY_AFTER));
     }
 }

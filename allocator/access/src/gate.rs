@@ -1,4 +1,10 @@
-//! The access decision for one request: open path, authentication, scope, limits.
+//! The access decision for one request: open path, authentication, scope, the client's SKU
+//! namespaces and quotas ([`crate::policy`]), limits.
+//!
+//! [`Gate::admit`] decides everything the request line and headers tell. A request whose body
+//! names SKUs or quantities, from a client whose policy looks at them, is admitted with a
+//! [`BodyCheck`] still to do: the middleware reads the body and calls [`Gate::check_body`]
+//! before anything is served. Every request is counted once, by its final outcome.
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -7,10 +13,13 @@ use std::time::Instant;
 
 use actix_web::http::header::{HeaderMap, AUTHORIZATION};
 use schema::routes::{self, Access, Scope};
-use schema::wire::HEADER_CLIENT;
+use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_POLICY};
 
+use crate::audit;
+use crate::check::{self, BodyCheck};
 use crate::error::AccessError;
 use crate::limits::{ClientLimits, InFlight, Limited};
+use crate::policy::Policy;
 use crate::table::{valid_name, AuthFileError, Client, Scopes, TokenTable};
 
 /// The client name used when authentication is off.
@@ -97,15 +106,36 @@ pub struct MetricNames {
     pub auth_reloads: &'static str,
     /// Gauge: clients in the table in force.
     pub auth_clients: &'static str,
+    /// Counter of quota refusals by `client` and `quota` (`max_quantity`, ...).
+    pub quota_refusals: &'static str,
+    /// Counter of TLS material reloads (SIGHUP) by `outcome` (`ok`, `failed`).
+    pub tls_reloads: &'static str,
+}
+
+/// What the gate looks at in one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// As requested.
+    pub path: &'a str,
+    /// The route template it matched, if any.
+    pub template: Option<&'a str>,
+    pub headers: &'a HeaderMap,
 }
 
 /// A request let through, and the slot it holds until it is answered.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Admitted {
     /// The client the request is for: the caller, or on an allocator the client a router named.
     /// `None` on open paths.
     pub client: Option<String>,
+    /// The client's namespaces and quotas, if it has any.
+    pub policy: Option<Arc<Policy>>,
     pub slot: Option<InFlight>,
+    /// The body still has to pass [`Gate::check_body`]; the request is not counted yet.
+    pub body_check: Option<BodyCheck>,
+    /// An administrative write: audited once answered ([`audit::admin_write`]).
+    pub admin_write: bool,
     /// On an allocator: the caller may do what only routers do (place order lines). True for a
     /// caller holding the `router` scope, and for everyone when authentication is off (then only
     /// the network protects the allocators). Always false on a router.
@@ -172,6 +202,10 @@ impl Gate {
         })
     }
 
+    pub fn metric_names(&self) -> &MetricNames {
+        &self.metrics
+    }
+
     pub fn enabled(&self) -> bool {
         self.settings.auth_file.is_some()
     }
@@ -211,46 +245,78 @@ impl Gate {
         }
     }
 
-    /// Decide about one request: `path` as requested, `template` the route it matched.
-    pub fn admit(
-        &self,
-        method: &str,
-        path: &str,
-        template: Option<&str>,
-        headers: &HeaderMap,
-        now: Instant,
-    ) -> Result<Admitted, AccessError> {
-        if routes::is_open_path(path) {
-            return Ok(Admitted {
-                client: None,
-                slot: None,
-                trusted_router: false,
-            });
+    /// Decide about one request from its line and headers.
+    pub fn admit(&self, request: &Request<'_>, now: Instant) -> Result<Admitted, AccessError> {
+        if routes::is_open_path(request.path) {
+            return Ok(Admitted::default());
         }
-        let decision = self.decide(method, template, headers, now);
-        let (client, outcome) = match &decision {
-            Ok(admitted) => (admitted.client.as_deref().unwrap_or(ANONYMOUS), "ok"),
-            Err((client, error)) => (client.as_str(), error.outcome()),
+        let decision = self.decide(request, now);
+        match &decision {
+            Ok(admitted) if admitted.body_check.is_some() => {}
+            Ok(admitted) => self.count(admitted.client.as_deref().unwrap_or(ANONYMOUS), "ok"),
+            Err((client, error)) => {
+                let sku = check::path_sku(request);
+                self.refused(client, request, sku.as_deref(), error)
+            }
+        }
+        decision.map_err(|(_, error)| error)
+    }
+
+    /// The body check [`Gate::admit`] left: the SKUs and quantities in `body` against the
+    /// client's policy. A body that does not parse passes: the handler refuses it with the
+    /// same types and words (`400`, `413`).
+    pub fn check_body(
+        &self,
+        admitted: &Admitted,
+        request: &Request<'_>,
+        body: &[u8],
+    ) -> Result<(), AccessError> {
+        let client = admitted.client.as_deref().unwrap_or(ANONYMOUS);
+        let (Some(check), Some(policy)) = (admitted.body_check, &admitted.policy) else {
+            return Ok(());
         };
+        match check::body(check, policy, client, body) {
+            Ok(()) => {
+                self.count(client, "ok");
+                Ok(())
+            }
+            Err((sku, error)) => {
+                self.refused(client, request, sku.as_deref(), &error);
+                Err(error)
+            }
+        }
+    }
+
+    fn count(&self, client: &str, outcome: &'static str) {
         metrics::counter!(
             self.metrics.client_requests,
             "client" => client.to_owned(),
             "outcome" => outcome
         )
         .increment(1);
-        decision.map_err(|(client, error)| {
-            tracing::info!(client, %error, method, path, "request refused");
-            error
-        })
+    }
+
+    fn refused(&self, client: &str, request: &Request<'_>, sku: Option<&str>, error: &AccessError) {
+        self.count(client, error.outcome());
+        if let AccessError::QuotaExceeded { quota, .. } = error {
+            metrics::counter!(
+                self.metrics.quota_refusals,
+                "client" => client.to_owned(),
+                "quota" => quota.as_str()
+            )
+            .increment(1);
+        }
+        audit::refused(client, request, sku, error);
     }
 
     fn decide(
         &self,
-        method: &str,
-        template: Option<&str>,
-        headers: &HeaderMap,
+        request: &Request<'_>,
         now: Instant,
     ) -> Result<Admitted, (String, AccessError)> {
+        let (method, template, headers) = (request.method, request.template, request.headers);
+        // Looked up once: the scope check and the audit of administrative writes both need it.
+        let access = routes::access_for(method, template);
         let table = self.current();
         let caller = match &table {
             None => None,
@@ -261,10 +327,19 @@ impl Gate {
             ),
         };
         if let Some(caller) = &caller {
-            self.authorise(caller, method, template)
+            self.authorise(caller, access)
                 .map_err(|e| (caller.name.clone(), e))?;
         }
         let client = self.effective_client(caller.as_ref(), headers);
+        let policy = self
+            .policy_for(caller.as_ref(), headers)
+            .map_err(|e| (client.clone(), e))?;
+        let body_check = match &policy {
+            Some(policy) => {
+                check::before_body(policy, &client, request).map_err(|e| (client.clone(), e))?
+            }
+            None => None,
+        };
         let rate = self.rate_for(caller.as_ref(), &client);
         let slot = if rate.is_some() || self.settings.concurrency.is_some() {
             let concurrency = self.settings.concurrency.map(NonZeroUsize::get);
@@ -289,30 +364,55 @@ impl Gate {
         } else {
             None
         };
+        let admin_write =
+            access == Some(Access::Requires(Scope::Admin)) && !method.eq_ignore_ascii_case("GET");
         let trusted_router = self.role == Role::Allocator
             && caller
                 .as_ref()
                 .is_none_or(|c| c.scopes.contains(Scope::Router));
         Ok(Admitted {
             client: Some(client),
+            policy,
             slot,
+            body_check,
+            admin_write,
             trusted_router,
         })
     }
 
-    fn authorise(
+    /// The namespaces and quotas the request is held to: the caller's own line, or on an
+    /// allocator the policy a router forwards for its client. With authentication off an
+    /// allocator takes the forwarded policy from anyone: it can only narrow what an anonymous
+    /// caller may do anyway.
+    fn policy_for(
         &self,
-        caller: &Client,
-        method: &str,
-        template: Option<&str>,
-    ) -> Result<(), AccessError> {
+        caller: Option<&Client>,
+        headers: &HeaderMap,
+    ) -> Result<Option<Arc<Policy>>, AccessError> {
+        let forwarded =
+            self.role == Role::Allocator && caller.is_none_or(|c| c.scopes.contains(Scope::Router));
+        if !forwarded {
+            return Ok(caller.and_then(|c| c.policy.clone()));
+        }
+        let Some(value) = headers.get(HEADER_CLIENT_POLICY) else {
+            return Ok(None);
+        };
+        let text = value.to_str().map_err(|_| AccessError::MalformedPolicy {
+            reason: "not visible ASCII".into(),
+        })?;
+        let policy = Policy::parse_options(text)
+            .map_err(|reason| AccessError::MalformedPolicy { reason })?;
+        Ok((!policy.is_empty()).then(|| Arc::new(policy)))
+    }
+
+    fn authorise(&self, caller: &Client, access: Option<Access>) -> Result<(), AccessError> {
         let is_router = self.role == Role::Allocator && caller.scopes.contains(Scope::Router);
         if self.role == Role::Allocator && self.settings.require_router && !is_router {
             return Err(AccessError::RouterRequired {
                 client: caller.name.clone(),
             });
         }
-        match routes::access_for(method, template) {
+        match access {
             None | Some(Access::Open) => Ok(()),
             // A router checked its client's scopes before it forwarded.
             Some(Access::Requires(_)) if is_router => Ok(()),
@@ -385,299 +485,5 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::table::hash_hex;
-    use actix_web::http::header::{HeaderName, HeaderValue};
-    use std::io::Write;
-
-    const METRICS: MetricNames = MetricNames {
-        client_requests: "test_client_requests_total",
-        auth_reloads: "test_auth_reloads_total",
-        auth_clients: "test_auth_clients",
-    };
-
-    fn auth_file(lines: &[(&str, &str, &str)]) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        for (name, scopes, token) in lines {
-            writeln!(file, "{name} {scopes} {}", hash_hex(token.as_bytes())).unwrap();
-        }
-        file
-    }
-
-    fn gate(role: Role, file: &tempfile::NamedTempFile, tweak: impl FnOnce(&mut Settings)) -> Gate {
-        let mut settings = Settings {
-            auth_file: Some(file.path().to_owned()),
-            ..Settings::off()
-        };
-        tweak(&mut settings);
-        Gate::new(role, settings, METRICS).unwrap()
-    }
-
-    fn headers(token: Option<&str>, client: Option<&str>) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        if let Some(token) = token {
-            map.insert(
-                AUTHORIZATION,
-                HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
-            );
-        }
-        if let Some(client) = client {
-            map.insert(
-                HeaderName::from_static(HEADER_CLIENT),
-                HeaderValue::from_str(client).unwrap(),
-            );
-        }
-        map
-    }
-
-    const RESERVE: (&str, &str) = ("POST", "/v1/reservations");
-    const ADJUST: (&str, &str) = ("POST", "/v1/inventory/{sku}/adjustments");
-
-    fn ask(
-        gate: &Gate,
-        (method, template): (&str, &str),
-        headers: &HeaderMap,
-    ) -> Result<Admitted, AccessError> {
-        gate.admit(method, "/v1/x", Some(template), headers, Instant::now())
-    }
-
-    #[test]
-    fn scopes_decide_per_route() {
-        let file = auth_file(&[("shop", "reserve", "t-shop"), ("ops", "admin", "t-ops")]);
-        let gate = gate(Role::Router, &file, |_| {});
-        let shop = headers(Some("t-shop"), None);
-        let ops = headers(Some("t-ops"), None);
-        assert_eq!(
-            ask(&gate, RESERVE, &shop).unwrap().client.as_deref(),
-            Some("shop")
-        );
-        assert_eq!(
-            ask(&gate, ADJUST, &shop).unwrap_err(),
-            AccessError::MissingScope {
-                client: "shop".into(),
-                scope: Scope::Admin
-            }
-        );
-        ask(&gate, ADJUST, &ops).unwrap();
-        assert!(matches!(
-            ask(&gate, RESERVE, &ops),
-            Err(AccessError::MissingScope { .. })
-        ));
-        // Unmatched paths (404) need only a valid token.
-        gate.admit("GET", "/nope", None, &shop, Instant::now())
-            .unwrap();
-        assert_eq!(
-            gate.admit("GET", "/nope", None, &HeaderMap::new(), Instant::now())
-                .unwrap_err(),
-            AccessError::MissingToken
-        );
-    }
-
-    #[test]
-    fn tokens_missing_malformed_or_unknown_are_401() {
-        let file = auth_file(&[("shop", "reserve", "t-shop")]);
-        let gate = gate(Role::Router, &file, |_| {});
-        assert_eq!(
-            ask(&gate, RESERVE, &HeaderMap::new()).unwrap_err(),
-            AccessError::MissingToken
-        );
-        assert_eq!(
-            ask(&gate, RESERVE, &headers(Some("t-other"), None)).unwrap_err(),
-            AccessError::UnknownToken
-        );
-        let mut basic = HeaderMap::new();
-        basic.insert(AUTHORIZATION, HeaderValue::from_static("Basic dDpzaG9w"));
-        assert_eq!(
-            ask(&gate, RESERVE, &basic).unwrap_err(),
-            AccessError::MalformedToken
-        );
-        // Open paths need nothing, whatever is presented.
-        gate.admit("GET", "/healthz", Some("/healthz"), &basic, Instant::now())
-            .unwrap();
-    }
-
-    #[test]
-    fn bearer_parsing() {
-        assert_eq!(bearer_token(b"Bearer abc"), Some(&b"abc"[..]));
-        assert_eq!(bearer_token(b"bearer  abc "), Some(&b"abc"[..]));
-        assert_eq!(bearer_token(b"Bearer "), None);
-        assert_eq!(bearer_token(b"Bearer a b"), None);
-        assert_eq!(bearer_token(b"Bearerabc"), None);
-        assert_eq!(bearer_token(b"Token abc"), None);
-        assert_eq!(bearer_token(b""), None);
-    }
-
-    #[test]
-    fn allocator_trusts_the_client_name_only_from_routers() {
-        let file = auth_file(&[
-            ("router-1", "router", "t-router"),
-            ("shop", "reserve", "t-shop"),
-        ]);
-        let gate = gate(Role::Allocator, &file, |_| {});
-        let via_router = headers(Some("t-router"), Some("ops"));
-        // A router stands in for its client's scopes, and names the client.
-        let admitted = ask(&gate, ADJUST, &via_router).unwrap();
-        assert_eq!(admitted.client.as_deref(), Some("ops"));
-        assert!(admitted.trusted_router);
-        // A direct caller cannot pretend to be someone else, nor to be a router.
-        let spoofing = headers(Some("t-shop"), Some("ops"));
-        assert!(!ask(&gate, RESERVE, &spoofing).unwrap().trusted_router);
-        assert_eq!(
-            ask(&gate, RESERVE, &spoofing).unwrap().client.as_deref(),
-            Some("shop")
-        );
-        assert!(matches!(
-            ask(&gate, ADJUST, &spoofing),
-            Err(AccessError::MissingScope { .. })
-        ));
-        // A router token at a router grants nothing.
-        let router_gate = self::gate(Role::Router, &file, |_| {});
-        assert!(matches!(
-            ask(&router_gate, RESERVE, &via_router),
-            Err(AccessError::MissingScope { .. })
-        ));
-    }
-
-    #[test]
-    fn require_router_refuses_direct_callers() {
-        let file = auth_file(&[
-            ("router-1", "router", "t-router"),
-            ("ops", "reserve,admin", "t-ops"),
-        ]);
-        let gate = gate(Role::Allocator, &file, |s| s.require_router = true);
-        assert_eq!(
-            ask(&gate, RESERVE, &headers(Some("t-ops"), None)).unwrap_err(),
-            AccessError::RouterRequired {
-                client: "ops".into()
-            }
-        );
-        ask(&gate, RESERVE, &headers(Some("t-router"), Some("shop"))).unwrap();
-        // Probes stay open.
-        gate.admit(
-            "GET",
-            "/readyz",
-            Some("/readyz"),
-            &HeaderMap::new(),
-            Instant::now(),
-        )
-        .unwrap();
-    }
-
-    #[test]
-    fn reload_swaps_the_table_and_keeps_it_on_error() {
-        let mut file = auth_file(&[("old", "reserve", "t-old")]);
-        let gate = gate(Role::Router, &file, |_| {});
-        ask(&gate, RESERVE, &headers(Some("t-old"), None)).unwrap();
-        std::fs::write(file.path(), format!("new reserve {}\n", hash_hex(b"t-new"))).unwrap();
-        assert_eq!(gate.reload().unwrap(), Some(1));
-        ask(&gate, RESERVE, &headers(Some("t-new"), None)).unwrap();
-        assert_eq!(
-            ask(&gate, RESERVE, &headers(Some("t-old"), None)).unwrap_err(),
-            AccessError::UnknownToken
-        );
-        // A broken file is refused and the table in force stays.
-        file.write_all(b"broken line\n").unwrap();
-        let error = gate.reload().unwrap_err().to_string();
-        assert!(error.contains(":2:"), "{error}");
-        ask(&gate, RESERVE, &headers(Some("t-new"), None)).unwrap();
-    }
-
-    #[test]
-    fn limits_apply_by_client_with_overrides() {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        writeln!(file, "slow reserve {} rate=1 burst=1", hash_hex(b"t-slow")).unwrap();
-        writeln!(file, "fast reserve {}", hash_hex(b"t-fast")).unwrap();
-        let gate = gate(Role::Router, &file, |s| {
-            s.rate = Some(100.0);
-            s.burst = Some(3);
-        });
-        let now = Instant::now();
-        let slow = headers(Some("t-slow"), None);
-        let fast = headers(Some("t-fast"), None);
-        let ask_at =
-            |h: &HeaderMap| gate.admit("POST", "/v1/reservations", Some(RESERVE.1), h, now);
-        ask_at(&slow).unwrap();
-        assert_eq!(
-            ask_at(&slow).unwrap_err(),
-            AccessError::RateLimited {
-                client: "slow".into(),
-                rate: 1.0,
-                retry_after: 1
-            }
-        );
-        for _ in 0..3 {
-            ask_at(&fast).unwrap();
-        }
-        assert!(matches!(
-            ask_at(&fast),
-            Err(AccessError::RateLimited { .. })
-        ));
-    }
-
-    #[test]
-    fn with_authentication_off_everyone_is_anonymous() {
-        let gate = Gate::new(
-            Role::Router,
-            Settings {
-                concurrency: NonZeroUsize::new(1),
-                ..Settings::off()
-            },
-            METRICS,
-        )
-        .unwrap();
-        assert!(!gate.enabled());
-        let first = ask(&gate, ADJUST, &HeaderMap::new()).unwrap();
-        assert_eq!(first.client.as_deref(), Some(ANONYMOUS));
-        // Only an allocator has routers to trust; with authentication off it trusts everyone.
-        assert!(!first.trusted_router);
-        let allocator = Gate::new(Role::Allocator, Settings::off(), METRICS).unwrap();
-        assert!(
-            ask(&allocator, RESERVE, &HeaderMap::new())
-                .unwrap()
-                .trusted_router
-        );
-        assert!(matches!(
-            ask(&gate, RESERVE, &HeaderMap::new()),
-            Err(AccessError::ConcurrencyLimited { limit: 1, .. })
-        ));
-        drop(first);
-        ask(&gate, RESERVE, &HeaderMap::new()).unwrap();
-        assert_eq!(gate.reload().unwrap(), None);
-    }
-
-    #[test]
-    fn settings_refusals_name_the_flag() {
-        let flags = Flags {
-            auth_file: "--auth-file (X_AUTH_FILE)",
-            rate: "--client-rate (X_CLIENT_RATE)",
-            burst: "--client-burst (X_CLIENT_BURST)",
-            require_router: Some("--require-router (X_REQUIRE_ROUTER)"),
-        };
-        let refuse = |settings: Settings| settings.validate(&flags).unwrap_err();
-        assert!(refuse(Settings {
-            rate: Some(0.0),
-            ..Settings::off()
-        })
-        .contains("X_CLIENT_RATE"));
-        assert!(refuse(Settings {
-            rate: Some(f64::NAN),
-            ..Settings::off()
-        })
-        .contains("--client-rate"));
-        assert!(refuse(Settings {
-            burst: Some(0),
-            ..Settings::off()
-        })
-        .contains("X_CLIENT_BURST"));
-        let error = refuse(Settings {
-            require_router: true,
-            ..Settings::off()
-        });
-        assert!(
-            error.contains("X_REQUIRE_ROUTER") && error.contains("X_AUTH_FILE"),
-            "{error}"
-        );
-        Settings::off().validate(&flags).unwrap();
-    }
-}
+#[path = "gate_tests.rs"]
+mod tests;

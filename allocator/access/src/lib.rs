@@ -1,25 +1,54 @@
 //! Who may call the allocator's and the router's HTTP APIs.
 //!
-//! * [`table`]: the auth file (`NAME SCOPE[,SCOPE] SHA256_HEX [rate=N] [burst=N]` per line) and
+//! * [`table`]: the auth file (`NAME SCOPE[,SCOPE] SHA256_HEX [OPTION=VALUE ...]` per line) and
 //!   the constant-time lookup of a presented bearer token.
+//! * [`policy`]: a client's SKU namespaces and quotas (options of its line).
 //! * [`gate`]: the decision for one request: open path, authentication, the scope the route
-//!   requires ([`schema::routes::ACCESS`]), and the per-client limits of [`limits`].
+//!   requires ([`schema::routes::ACCESS`]), the client's namespaces and quantity cap (`check`,
+//!   by [`schema::routes::SKU_IN`]), and the per-client limits of [`limits`].
+//! * [`audit`]: the `audit` log lines of refusals and administrative writes.
 //! * [`middleware`]: the actix middleware both services wrap their API in.
-//! * [`upstream`]: the token a router presents to allocators; [`reload`]: SIGHUP re-reads both.
+//! * [`tls`]: HTTPS listeners and a router's TLS towards allocators, with rustls.
+//! * [`upstream`]: the token a router presents to allocators; [`reload`]: SIGHUP re-reads the
+//!   auth file, that token and the TLS material.
 //!
 //! With no auth file, authentication is off (every caller is `anonymous`) and only the limits,
-//! if configured, apply.
+//! if configured, apply. Without the default `http` feature only the parsers ([`table`],
+//! [`policy`]) are built, which is what the fuzz targets (`allocator/access/fuzz`) link.
 
-pub mod error;
-pub mod gate;
-pub mod limits;
-pub mod middleware;
-pub mod reload;
+pub mod policy;
 pub mod table;
+
+#[cfg(feature = "http")]
+pub mod audit;
+#[cfg(feature = "http")]
+mod check;
+#[cfg(feature = "http")]
+pub mod error;
+#[cfg(feature = "http")]
+pub mod gate;
+#[cfg(feature = "http")]
+pub mod limits;
+#[cfg(feature = "http")]
+pub mod middleware;
+#[cfg(feature = "http")]
+pub mod reload;
+#[cfg(feature = "http")]
+pub mod tls;
+#[cfg(feature = "http")]
 pub mod upstream;
 
-pub use error::AccessError;
-pub use gate::{Flags, Gate, MetricNames, Role, Settings, TrustedRouter, ANONYMOUS};
-pub use middleware::{current_client, with_current_client, AccessControl};
-pub use reload::spawn_sighup_reloader;
-pub use upstream::UpstreamToken;
+pub use policy::{HoldQuotas, Policy, Quota};
+
+#[cfg(feature = "http")]
+pub use {
+    check::BodyCheck,
+    error::AccessError,
+    gate::{Flags, Gate, MetricNames, Role, Settings, TrustedRouter, ANONYMOUS},
+    middleware::{
+        current_client, current_hold_quotas, current_policy, sku_visible, with_current_client,
+        AccessControl,
+    },
+    reload::spawn_sighup_reloader,
+    upstream::UpstreamToken,
+};

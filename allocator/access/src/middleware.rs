@@ -2,7 +2,13 @@
 //!
 //! Wrap it innermost (`.wrap(AccessControl::new(gate))` before the request-id and latency
 //! middlewares) so that refusals are logged under the request's id and counted by route and
-//! status like any other answer.
+//! status like any other answer: the whole decision runs inside the future the request-id
+//! middleware instruments.
+//!
+//! The body is read here only when the decision needs it: a request of a client whose policy
+//! looks at SKUs or quantities on a route that names them in its body, and administrative writes
+//! (for the ids in their audit line). It is read up to the services' body limit and handed on
+//! unchanged; every other request streams to its handler as before.
 
 use std::future::{ready, Future, Ready};
 use std::pin::Pin;
@@ -11,28 +17,70 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::{Error, ResponseError};
+use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::web::{Bytes, BytesMut};
+use actix_web::{Error, HttpMessage, ResponseError};
+use futures::StreamExt;
+use schema::wire::limits::BODY_MAX_BYTES;
 
-use crate::gate::Gate;
+use crate::audit;
+use crate::check::{audited_ids, path_sku};
+use crate::gate::{Gate, Request, ANONYMOUS};
+use crate::policy::{HoldQuotas, Policy};
+
+/// The client a request is served for, and what it may touch.
+#[derive(Debug, Clone)]
+struct Current {
+    client: String,
+    policy: Option<Arc<Policy>>,
+}
 
 tokio::task_local! {
     /// The client the current request is served for; the router's forwarder reads it.
-    static CLIENT: String;
+    static CURRENT: Current;
 }
 
 /// The client the request being served by this task is for (`None` on open paths and outside a
 /// request).
 pub fn current_client() -> Option<String> {
-    CLIENT.try_with(Clone::clone).ok()
+    CURRENT.try_with(|c| c.client.clone()).ok()
+}
+
+/// The namespaces and quotas of the current request's client, if it has any: a router forwards
+/// them ([`schema::wire::HEADER_CLIENT_POLICY`], [`Policy::header`]); an allocator hands the
+/// held-unit quotas to the fenced batch.
+pub fn current_policy() -> Option<Arc<Policy>> {
+    CURRENT.try_with(|c| c.policy.clone()).ok().flatten()
+}
+
+/// The held-unit quotas of the current request's client (none outside a request or for a client
+/// without them): what an allocator hands the fenced batch with a reservation, which alone can
+/// decide them against what the client holds. Not enforced yet.
+pub fn current_hold_quotas() -> HoldQuotas {
+    current_policy().map_or_else(HoldQuotas::default, |p| p.hold_quotas())
+}
+
+/// Whether the current request's client may see a stored object of `sku` (a reservation read
+/// or changed by id). `false` is audited; the caller answers `404`, so nothing tells the client
+/// the object exists.
+pub fn sku_visible(sku: &str) -> bool {
+    CURRENT
+        .try_with(|current| match &current.policy {
+            Some(policy) if !policy.permits(sku) => {
+                audit::hidden(&current.client, sku);
+                false
+            }
+            _ => true,
+        })
+        .unwrap_or(true)
 }
 
 /// Run `future` (spawned for the current request) as the current request's client.
 pub fn with_current_client<F: Future>(future: F) -> impl Future<Output = F::Output> {
-    let client = current_client();
+    let current = CURRENT.try_with(Clone::clone).ok();
     async move {
-        match client {
-            Some(client) => CLIENT.scope(client, future).await,
+        match current {
+            Some(current) => CURRENT.scope(current, future).await,
             None => future.await,
         }
     }
@@ -76,6 +124,41 @@ pub struct AccessService<S> {
 
 type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T>>>;
 
+/// An administrative write's audit facts, kept past the request.
+struct AdminWrite {
+    client: String,
+    method: String,
+    path: String,
+    sku: Option<String>,
+    ids: String,
+}
+
+fn facts<'a>(request: &'a ServiceRequest, template: Option<&'a str>) -> Request<'a> {
+    Request {
+        method: request.method().as_str(),
+        path: request.path(),
+        template,
+        headers: request.headers(),
+    }
+}
+
+/// The request's body, up to one byte past the limit (the handler then answers `413`), put
+/// back for the handler. A body that breaks off is handed on as far as it came, for the handler
+/// to refuse.
+async fn read_body(request: &mut ServiceRequest) -> Bytes {
+    let mut payload = request.take_payload();
+    let mut body = BytesMut::new();
+    while let Some(Ok(chunk)) = payload.next().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > BODY_MAX_BYTES {
+            break;
+        }
+    }
+    let body = body.freeze();
+    request.set_payload(Payload::from(body.clone()));
+    body
+}
+
 impl<S, B> Service<ServiceRequest> for AccessService<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
@@ -87,37 +170,76 @@ where
 
     actix_web::dev::forward_ready!(service);
 
-    fn call(&self, request: ServiceRequest) -> Self::Future {
-        let template = request.match_pattern();
-        let decision = self.gate.admit(
-            request.method().as_str(),
-            request.path(),
-            template.as_deref(),
-            request.headers(),
-            Instant::now(),
-        );
-        match decision {
-            Err(error) => {
-                let response = request.into_response(error.error_response());
-                Box::pin(ready(Ok(response.map_into_right_body())))
-            }
-            Ok(admitted) => {
-                if admitted.trusted_router {
-                    use actix_web::HttpMessage;
-                    request.extensions_mut().insert(crate::gate::TrustedRouter);
+    fn call(&self, mut request: ServiceRequest) -> Self::Future {
+        let gate = self.gate.clone();
+        let service = self.service.clone();
+        Box::pin(async move {
+            let template = request.match_pattern();
+            let decision = gate.admit(&facts(&request, template.as_deref()), Instant::now());
+            let admitted = match decision {
+                Ok(admitted) => admitted,
+                Err(error) => {
+                    let response = request.into_response(error.error_response());
+                    return Ok(response.map_into_right_body());
                 }
-                let service = self.service.clone();
-                Box::pin(async move {
-                    let call = service.call(request);
-                    let response = match admitted.client {
-                        Some(client) => CLIENT.scope(client, call).await,
-                        None => call.await,
-                    };
-                    // The in-flight slot is held until the answer is ready.
-                    drop(admitted.slot);
-                    Ok(response?.map_into_left_body())
-                })
+            };
+            if admitted.trusted_router {
+                use actix_web::HttpMessage;
+                request.extensions_mut().insert(crate::gate::TrustedRouter);
             }
-        }
+            let body = if admitted.body_check.is_some() || admitted.admin_write {
+                Some(read_body(&mut request).await)
+            } else {
+                None
+            };
+            if let (Some(body), Some(_)) = (&body, admitted.body_check) {
+                let checked =
+                    gate.check_body(&admitted, &facts(&request, template.as_deref()), body);
+                if let Err(error) = checked {
+                    let response = request.into_response(error.error_response());
+                    return Ok(response.map_into_right_body());
+                }
+            }
+            // What the audit line of an administrative write needs once the request is gone.
+            let audit = admitted.admin_write.then(|| AdminWrite {
+                client: admitted
+                    .client
+                    .clone()
+                    .unwrap_or_else(|| ANONYMOUS.to_owned()),
+                method: request.method().as_str().to_owned(),
+                path: request.path().to_owned(),
+                sku: path_sku(&facts(&request, template.as_deref())),
+                ids: body.as_deref().map(audited_ids).unwrap_or_default(),
+            });
+            let call = service.call(request);
+            let response = match admitted.client {
+                Some(client) => {
+                    let current = Current {
+                        client,
+                        policy: admitted.policy,
+                    };
+                    CURRENT.scope(current, call).await
+                }
+                None => call.await,
+            };
+            // The in-flight slot is held until the answer is ready.
+            drop(admitted.slot);
+            if let Some(write) = audit {
+                let status = match &response {
+                    Ok(response) => response.status().as_u16(),
+                    Err(error) => error.as_response_error().status_code().as_u16(),
+                };
+                audit::admin_write(
+                    &write.client,
+                    &write.method,
+                    template.as_deref(),
+                    &write.path,
+                    write.sku.as_deref(),
+                    &write.ids,
+                    status,
+                );
+            }
+            Ok(response?.map_into_left_body())
+        })
     }
 }

@@ -1,5 +1,5 @@
-//! SIGHUP re-reads the auth file (and the router's own upstream token), so tokens can be added
-//! and removed without a restart.
+//! SIGHUP re-reads the auth file, the router's own upstream token and the TLS material
+//! ([`crate::tls`]), so tokens and certificates can be rotated without a restart.
 
 use std::sync::Arc;
 
@@ -7,6 +7,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::gate::Gate;
+use crate::tls::Reload;
 use crate::upstream::UpstreamToken;
 
 /// Reload on every SIGHUP until `shutdown`. Failures are logged and counted by
@@ -15,6 +16,7 @@ use crate::upstream::UpstreamToken;
 pub fn spawn_sighup_reloader(
     gate: Arc<Gate>,
     upstream: Option<Arc<UpstreamToken>>,
+    tls: Vec<Arc<dyn Reload>>,
     shutdown: CancellationToken,
 ) -> std::io::Result<JoinHandle<()>> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -35,6 +37,21 @@ pub fn spawn_sighup_reloader(
                         if let Err(error) = token.reload() {
                             tracing::error!(%error, "upstream token reload refused; keeping the previous token");
                         }
+                    }
+                    for material in &tls {
+                        let what = material.what();
+                        let outcome = match material.reload() {
+                            Ok(()) => {
+                                tracing::info!(what, "TLS material reloaded");
+                                "ok"
+                            }
+                            Err(error) => {
+                                tracing::error!(what, %error, "TLS reload refused; keeping the material in force");
+                                "failed"
+                            }
+                        };
+                        metrics::counter!(gate.metric_names().tls_reloads, "outcome" => outcome)
+                            .increment(1);
                     }
                 }
             }

@@ -6,6 +6,7 @@
 //! # name      scopes          sha256 of the token (64 hex digits)                                  options
 //! orders-eu   reserve         9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 //! ops         reserve,admin   60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752 rate=5
+//! acme-shop   reserve         2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae skus=acme:* max_quantity=2
 //! router-1    router          fd61a03af4f77d870fc21e05e7e80678095c92d808cfb3b5c279ee04c74aca13
 //! ```
 //!
@@ -13,7 +14,8 @@
 //! support bundle) learns nothing that lets them call the API, because tokens are random and long
 //! enough that a hash cannot be reversed by guessing. `#` starts a comment; blank lines are
 //! ignored. Options after the hash: `rate=PER_SEC` and `burst=N` override the service's
-//! per-client limits for this client.
+//! per-client limits for this client; `skus=`, `max_quantity=`, `max_held_per_sku=` and
+//! `max_held_units=` confine it to SKU namespaces and set its quotas ([`crate::policy`]).
 //!
 //! Parsing is strict: a line that does not read exactly as above, an unknown scope, a duplicate
 //! name or hash, or a file without any client is refused with the file and line, because a
@@ -22,6 +24,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
+
+use crate::policy::{self, Policy};
 
 use schema::routes::Scope;
 use sha2::{Digest, Sha256};
@@ -72,6 +77,8 @@ pub struct Client {
     pub rate: Option<f64>,
     /// Overrides the service's per-client burst.
     pub burst: Option<u32>,
+    /// Namespaces and quotas; `None` when the line sets none.
+    pub policy: Option<Arc<Policy>>,
 }
 
 /// Why an auth file was refused. The message names the file and, for a bad line, its number.
@@ -162,7 +169,7 @@ impl TokenTable {
             }
             let [name, scopes, hash, options @ ..] = fields.as_slice() else {
                 return Err(fail(
-                    "expected `NAME SCOPE[,SCOPE] SHA256_HEX [rate=N] [burst=N]`".into(),
+                    "expected `NAME SCOPE[,SCOPE] SHA256_HEX [OPTION=VALUE ...]`".into(),
                 ));
             };
             if !valid_name(name) {
@@ -194,7 +201,9 @@ impl TokenTable {
                 scopes: Scopes::of(&parsed),
                 rate: None,
                 burst: None,
+                policy: None,
             };
+            let mut policy = Policy::default();
             for option in options {
                 match option.split_once('=') {
                     Some(("rate", value)) if client.rate.is_none() => match value.parse::<f64>() {
@@ -215,12 +224,26 @@ impl TokenTable {
                             }
                         }
                     }
-                    _ => {
+                    Some((key, value)) => match policy.apply(key, value) {
+                        Some(Ok(())) => {}
+                        Some(Err(reason)) => return Err(fail(reason)),
+                        None => {
+                            return Err(fail(format!(
+                                "unknown or repeated option {option:?}; known: rate=N, burst=N, {}",
+                                policy::KEYS
+                            )))
+                        }
+                    },
+                    None => {
                         return Err(fail(format!(
-                            "unknown or repeated option {option:?}; known: rate=N, burst=N"
+                            "option {option:?} is not KEY=VALUE; known: rate=N, burst=N, {}",
+                            policy::KEYS
                         )))
                     }
                 }
+            }
+            if !policy.is_empty() {
+                client.policy = Some(Arc::new(policy.seal()));
             }
             if let Some(first) = names.insert(client.name.clone(), line) {
                 return Err(fail(format!(
@@ -317,6 +340,7 @@ mod tests {
         assert_eq!(b.name, "ops");
         assert_eq!(b.scopes.to_string(), "reserve,admin");
         assert_eq!((b.rate, b.burst), (Some(2.5), Some(7)));
+        assert!(a.policy.is_none() && b.policy.is_none());
         assert!(table.lookup(b"token-c").is_none());
         assert!(table.lookup(b"").is_none());
         // The hash itself is not a token.
@@ -355,6 +379,15 @@ mod tests {
                 1,
                 "unknown or repeated",
             ),
+            (format!("a reserve {h} skus"), 1, "not KEY=VALUE"),
+            (format!("a reserve {h} skus=*"), 1, "leave skus= out"),
+            (format!("a reserve {h} skus=a:*,b/c"), 1, "may contain only"),
+            (format!("a reserve {h} max_quantity=0"), 1, "at least 1"),
+            (
+                format!("a reserve {h} max_held_units=2 max_held_units=3"),
+                1,
+                "twice",
+            ),
             (
                 format!("a reserve {h}\na admin {}", hash_hex(b"other")),
                 2,
@@ -373,6 +406,37 @@ mod tests {
                 "{text:?} → {message}"
             );
         }
+    }
+
+    #[test]
+    fn namespaces_and_quotas_are_read_per_client() {
+        let text = file(&[
+            format!(
+                "acme reserve {} skus=acme:*,beta:tee rate=3 skus=gamma:1 max_quantity=2",
+                hash_hex(TOKEN_A.as_bytes())
+            ),
+            format!(
+                "hoarder reserve {} max_held_per_sku=2 max_held_units=10",
+                hash_hex(TOKEN_B.as_bytes())
+            ),
+        ]);
+        let table = parse(&text).unwrap();
+        let acme = table.lookup(TOKEN_A.as_bytes()).unwrap();
+        assert_eq!(acme.rate, Some(3.0));
+        let policy = acme.policy.as_deref().unwrap();
+        assert_eq!(
+            policy.header(),
+            "skus=acme:*,beta:tee,gamma:1 max_quantity=2"
+        );
+        assert!(policy.permits("acme:x") && policy.permits("gamma:1"));
+        assert!(!policy.permits("gamma:12") && !policy.permits("beta:teeshirt"));
+        let hoarder = table.lookup(TOKEN_B.as_bytes()).unwrap();
+        let policy = hoarder.policy.as_deref().unwrap();
+        assert!(policy.permits("anything") && !policy.checks_requests());
+        assert_eq!(
+            (policy.max_held_per_sku, policy.max_held_units),
+            (Some(2), Some(10))
+        );
     }
 
     #[test]

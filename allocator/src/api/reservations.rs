@@ -71,6 +71,8 @@ async fn transition(
         let client = state.pool.get().await?;
         read_reservation(&**client, reservation_id.as_str()).await?
     }
+    // Outside the caller's SKU namespaces it does not exist for the caller (DESIGN.md §9).
+    .filter(|record| access::sku_visible(record.sku()))
     .ok_or_else(|| ApiError::NotFound(format!("reservation {reservation_id} does not exist")))?
     .partition();
     let reservation_id = reservation_id.into_string();
@@ -125,7 +127,10 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let reservation_id = path.into_inner();
     let client = state.pool.get().await?;
-    match read_reservation(&**client, reservation_id.as_str()).await? {
+    let record = read_reservation(&**client, reservation_id.as_str())
+        .await?
+        .filter(|record| access::sku_visible(record.sku()));
+    match record {
         Some(ReservationRecord::Current(reservation)) => Ok(HttpResponse::Ok().json(reservation)),
         Some(ReservationRecord::Refused { available, .. }) => Err(ApiError::InsufficientStock {
             available,

@@ -75,6 +75,7 @@ pub enum ReservationRecord {
     Current(Reservation),
     /// The reserve was refused for want of stock; `available` is what there was.
     Refused {
+        sku: String,
         partition: u32,
         available: i64,
     },
@@ -86,6 +87,14 @@ impl ReservationRecord {
         match self {
             ReservationRecord::Current(reservation) => reservation.partition,
             ReservationRecord::Refused { partition, .. } => *partition,
+        }
+    }
+
+    /// The SKU it was made for (a client confined to SKU namespaces sees only its own).
+    pub fn sku(&self) -> &str {
+        match self {
+            ReservationRecord::Current(reservation) => &reservation.sku,
+            ReservationRecord::Refused { sku, .. } => sku,
         }
     }
 }
@@ -118,6 +127,7 @@ pub async fn read_reservation<C: GenericClient>(
     let partition = row.get::<_, i32>(5) as u32;
     if status == REFUSED {
         return Ok(Some(ReservationRecord::Refused {
+            sku: row.get(0),
             partition,
             available: row.get::<_, Option<i64>>(6).unwrap_or(0),
         }));

@@ -18,6 +18,7 @@
 //! * [`tree_cpu_time`], [`cpu_times`]: CPU time of a process tree (a PostgreSQL postmaster and its
 //!   backends) or one process, from `/proc`; the load generator reports CPU per operation with
 //!   them.
+//! * [`TestPki`]: a CA with server and client certificates it signed, for HTTPS and mutual TLS.
 //!
 //! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
 //! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
@@ -35,6 +36,7 @@ pub mod process;
 pub mod proxy;
 pub mod redis;
 pub mod shared;
+pub mod tls;
 
 mod procfs;
 
@@ -45,3 +47,4 @@ pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::{cpu_times, resident_set_kib, tree_cpu_time, CpuTimes};
 pub use self::proxy::{ProxyMode, TcpProxy};
 pub use self::redis::RedisServer;
+pub use self::tls::TestPki;

@@ -114,6 +114,11 @@ impl ChildProcess {
         self.signal_running(Signal::SIGTERM)
     }
 
+    /// Ask the process to re-read its credentials and certificates (`SIGHUP`).
+    pub fn sighup(&mut self) -> Result<()> {
+        self.signal_running(Signal::SIGHUP)
+    }
+
     /// The exit status if the process has exited (reaping it), without waiting.
     pub fn try_exit_status(&mut self) -> Result<Option<ExitStatus>> {
         Ok(self.child.try_wait()?)

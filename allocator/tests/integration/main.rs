@@ -1,6 +1,7 @@
 //! The allocator's integration tests, in one binary so that they link once.
 
 mod api;
+mod audit;
 mod auth;
 mod batch_equivalence;
 #[allow(dead_code)]
@@ -16,5 +17,6 @@ mod renewal;
 mod settlement;
 mod settlement_support;
 mod settlement_takeover;
+mod tenants;
 mod tenures;
 mod testkit_smoke;

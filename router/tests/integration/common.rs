@@ -150,7 +150,8 @@ impl Cluster {
         proxy
     }
 
-    fn spawn_allocator_at(&mut self, id: &str, port: u16, url: String) -> usize {
+    /// Start an allocator listening on `port` that advertises `url` (for HTTPS, a proxy, ...).
+    pub fn spawn_allocator_at(&mut self, id: &str, port: u16, url: String) -> usize {
         let ttl = LEASE_TTL_MS.to_string();
         let args = vec![
             "serve".to_owned(),

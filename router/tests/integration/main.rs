@@ -17,4 +17,6 @@ mod prometheus;
 mod request_id;
 mod routing;
 mod storage_failover;
+mod tenants;
+mod tls;
 mod ui;

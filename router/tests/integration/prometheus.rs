@@ -76,6 +76,31 @@ const FAULT_ONLY: &[(&str, &str)] = &[
         "only when a renewal fails or is ambiguous (database errors); a SIGSTOP makes the \
          replica skip renewals rather than fail them",
     ),
+    (
+        "router_quota_refusals_total",
+        "only when a client's auth-file line sets a quota and a request exceeds it \
+         (tenants.rs); this cluster runs without authentication",
+    ),
+    (
+        "allocator_quota_refusals_total",
+        "only when a client's quota refuses a request at an allocator (allocator tenants tests)",
+    ),
+    (
+        "router_auth_reloads_total",
+        "only after a SIGHUP with an auth file (the allocator's auth tests)",
+    ),
+    (
+        "allocator_auth_reloads_total",
+        "only after a SIGHUP with an auth file (the allocator's auth tests)",
+    ),
+    (
+        "router_tls_reloads_total",
+        "only after a SIGHUP with TLS configured (tls.rs)",
+    ),
+    (
+        "allocator_tls_reloads_total",
+        "only after a SIGHUP with TLS configured (tls.rs)",
+    ),
 ];
 
 fn repo_root() -> PathBuf {

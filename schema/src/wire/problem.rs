@@ -23,10 +23,12 @@ pub enum ProblemType {
     Unauthenticated,
     Forbidden,
     RateLimited,
+    NamespaceForbidden,
+    QuotaExceeded,
 }
 
 impl ProblemType {
-    pub const ALL: [ProblemType; 15] = [
+    pub const ALL: [ProblemType; 17] = [
         ProblemType::InvalidRequest,
         ProblemType::InsufficientStock,
         ProblemType::IdempotencyMismatch,
@@ -42,6 +44,8 @@ impl ProblemType {
         ProblemType::Unauthenticated,
         ProblemType::Forbidden,
         ProblemType::RateLimited,
+        ProblemType::NamespaceForbidden,
+        ProblemType::QuotaExceeded,
     ];
 
     /// The documented `type` URI.
@@ -62,6 +66,8 @@ impl ProblemType {
             ProblemType::Unauthenticated => problem_type::UNAUTHENTICATED,
             ProblemType::Forbidden => problem_type::FORBIDDEN,
             ProblemType::RateLimited => problem_type::RATE_LIMITED,
+            ProblemType::NamespaceForbidden => problem_type::NAMESPACE_FORBIDDEN,
+            ProblemType::QuotaExceeded => problem_type::QUOTA_EXCEEDED,
         }
     }
 
@@ -84,6 +90,8 @@ impl ProblemType {
             ProblemType::Unauthenticated => "Authentication required",
             ProblemType::Forbidden => "Scope not granted",
             ProblemType::RateLimited => "Too many requests",
+            ProblemType::NamespaceForbidden => "SKU outside the client's namespaces",
+            ProblemType::QuotaExceeded => "Quota exceeded",
         }
     }
 
@@ -107,6 +115,8 @@ impl ProblemType {
             ProblemType::Unauthenticated => 401,
             ProblemType::Forbidden => 403,
             ProblemType::RateLimited => 429,
+            ProblemType::NamespaceForbidden => 403,
+            ProblemType::QuotaExceeded => 429,
         }
     }
 

@@ -223,6 +223,8 @@ fn every_problem_type_is_documented() {
         available: Some(4),
         current_status: Some(ReservationStatus::Held),
         outcome_unknown: Some(false),
+        quota: Some("max_quantity".into()),
+        limit: Some(2),
     })
     .expect("problem serialises");
     let errors = contract.strict_violations(contract.schema("Problem"), &all_members);
