@@ -103,6 +103,7 @@ impl Application {
                 max_partitions: config.group_max_partitions.get(),
                 max_commands: config.batch_max.get().saturating_mul(4),
                 pool_wait: config.pool_wait,
+                set_based_reserves: config.set_based_reserves,
             },
         );
         let workers = Arc::new(WorkerContext {

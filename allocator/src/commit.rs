@@ -33,7 +33,9 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::authority::{PartitionAuthority, Withheld};
-use crate::fenced::{apply_group, Command, Fence, FencedError, Outcome, PartitionBatch};
+use crate::fenced::{
+    apply_function, apply_group, Command, Fence, FencedError, Outcome, PartitionBatch,
+};
 use crate::lease::FenceToken;
 use crate::metrics as m;
 
@@ -52,6 +54,15 @@ pub struct Submission {
     /// Taken by a lane or withdrawn by the worker, exactly once.
     pub claim: Arc<Claim>,
     pub reply: oneshot::Sender<Result<Vec<Outcome>, CommitError>>,
+}
+
+impl Submission {
+    fn batch(&self) -> PartitionBatch<'_> {
+        PartitionBatch {
+            fence: &self.fence,
+            commands: &self.commands,
+        }
+    }
 }
 
 /// Who decides a queued batch's fate: the lane that takes it (it may run) or the worker that
@@ -105,6 +116,9 @@ pub struct CommitSettings {
     pub max_commands: usize,
     /// Longest wait for a pooled connection.
     pub pool_wait: Duration,
+    /// Write groups of plain reserves with the set-based statement ([`crate::fenced::fast`]);
+    /// off, every group goes through `apply_fenced_batch`.
+    pub set_based_reserves: bool,
 }
 
 /// Handle for submitting batches; cheap to clone.
@@ -213,6 +227,25 @@ impl Lane {
         let (group, Some(deadline)) = (live, deadline) else {
             return;
         };
+        // Batches of plain reserves go to the set-based statement; a group that also carries
+        // other commands (a sweep, a confirm) is split so they do not drag the reserves into the
+        // procedural function. Nothing the two statements decide depends on the other's.
+        if group.len() > 1 && self.settings.set_based_reserves {
+            let separable = {
+                let batches: Vec<PartitionBatch<'_>> =
+                    group.iter().map(Submission::batch).collect();
+                crate::fenced::fast::separable(&batches)
+            };
+            if separable.contains(&true) && separable.contains(&false) {
+                let (reserves, rest): (Vec<_>, Vec<_>) = group
+                    .into_iter()
+                    .zip(separable)
+                    .partition(|(_, separable)| *separable);
+                Box::pin(self.commit(reserves.into_iter().map(|(s, _)| s).collect())).await;
+                Box::pin(self.commit(rest.into_iter().map(|(s, _)| s).collect())).await;
+                return;
+            }
+        }
         metrics::histogram!(m::GROUP_PARTITIONS).record(group.len() as f64);
         let started = Instant::now();
         let result = self.run_statement(&group, deadline).await;
@@ -257,14 +290,14 @@ impl Lane {
                 reason: format!("no database connection: {e}"),
                 outcome_unknown: false,
             })?;
-        let batches: Vec<PartitionBatch<'_>> = group
-            .iter()
-            .map(|s| PartitionBatch {
-                fence: &s.fence,
-                commands: &s.commands,
-            })
-            .collect();
-        let work = apply_group(&client, &batches);
+        let batches: Vec<PartitionBatch<'_>> = group.iter().map(Submission::batch).collect();
+        let work = async {
+            if self.settings.set_based_reserves {
+                apply_group(&client, &batches).await
+            } else {
+                apply_function(&client, &batches).await
+            }
+        };
         match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), work).await {
             Ok(result) => result.map_err(CommitError::from),
             Err(_) => {

@@ -116,6 +116,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ALLOCATOR_GROUP_MAX_PARTITIONS", default_value_t = 32)]
     pub group_max_partitions: usize,
 
+    /// Write groups of plain reserves (new ids, enough stock) with one set-based statement
+    /// instead of the procedural batch function; `false` sends every group through the function.
+    #[arg(long, env = "ALLOCATOR_SET_BASED_RESERVES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub set_based_reserves: bool,
+
     /// Most commands one partition transaction may carry.
     #[arg(long, env = "ALLOCATOR_BATCH_MAX", default_value_t = 64)]
     pub batch_max: usize,
@@ -185,6 +190,7 @@ pub struct AllocatorConfig {
     pub lock_timeout: Duration,
     pub commit_lanes: NonZeroUsize,
     pub group_max_partitions: NonZeroUsize,
+    pub set_based_reserves: bool,
     pub batch_max: NonZeroUsize,
     pub queue_capacity: NonZeroUsize,
     pub request_timeout: Duration,
@@ -285,6 +291,7 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
             lock_timeout: ms(args.lock_timeout_ms),
             commit_lanes,
             group_max_partitions: non_zero(args.group_max_partitions, GROUP_MAX_PARTITIONS)?,
+            set_based_reserves: args.set_based_reserves,
             batch_max: non_zero(args.batch_max, BATCH_MAX)?,
             queue_capacity: non_zero(args.queue_capacity, QUEUE_CAPACITY)?,
             request_timeout: ms(args.request_timeout_ms),
