@@ -131,6 +131,8 @@ pg_up_private() {
     if [[ -z "${CLUSTER_PG_DURABLE:-}" ]]; then
         pg_opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     fi
+    # Extra server settings, e.g. shared_preload_libraries=pg_stat_statements for a benchmark.
+    pg_opts+="${CLUSTER_PG_OPTIONS:+ $CLUSTER_PG_OPTIONS}"
     for attempt in 1 2 3; do
         port="${CLUSTER_PG_PORT:-$(free_port)}"
         # 8>&- 9>&-: the server must not inherit (and so hold forever) the ops/ lock files.

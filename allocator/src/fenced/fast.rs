@@ -1,7 +1,9 @@
 //! The set-based reserve statement: the common case of a group without the procedural function.
 //!
-//! Most groups are plain reserves: new ids, on stocked SKUs with stock for all of them. For those
-//! the arrival-order decision is trivial (every reserve is granted), so the group can be written
+//! Most groups are plain reserves: new ids, on stocked SKUs with stock for all of them, now and
+//! then with a partition's expiry sweep that finds nothing due. For those the arrival-order
+//! decision is trivial (every reserve is granted, every sweep expires nothing), so the group can
+//! be written
 //! by one prepared statement, a chain of data-modifying CTEs, instead of `apply_fenced_batch`,
 //! whose per-call cost (expressions initialised anew in every transaction, one executor start
 //! per inner statement) and per-command bookkeeping dominate small batches. The database still
@@ -10,15 +12,16 @@
 //! and the inventory `CHECK`s, the row epoch trigger and the unique reservation id apply as to any
 //! writer.
 //!
-//! All or nothing: the statement first decides whether it can grant every reserve of the live
-//! partitions (no id exists yet, every SKU's row is in its partition with stock for the sum of its
-//! reserves) and writes only then. Otherwise it writes nothing and answers *undecided*, and the
-//! caller runs the same group through `apply_fenced_batch`, which decides every case (replays,
-//! mismatches, refusals, unknown SKUs) in arrival order. If a row changes between the statement's
-//! snapshot and its lock (only an outside writer can do that), its counts disagree and it aborts
-//! itself (`FA006`, see `V9__set_based_reserves.sql`); a concurrent insert of the same id by
-//! another partition's owner makes it fail on the unique index. Both leave nothing written and
-//! fall back the same way. A partition whose fence fails is answered stale, as by the function.
+//! All or nothing, optimistically: the statement grants every reserve of the live partitions
+//! (each SKU's row is updated only where it is in the partition and has stock for the sum of the
+//! group's reserves of it) and inserts every reservation and ledger row, then checks that
+//! nothing was left out: every SKU's row updated, no sweeping partition with an overdue hold. If
+//! anything was, it aborts itself (`FA006`, `fenced_batch_abort` in `V9__set_based_reserves.sql`);
+//! an id that exists already (a replay, a reuse) fails it on the unique index. Either way the
+//! whole statement rolls back, nothing is written, and the caller runs the same group through
+//! `apply_fenced_batch`, which decides every case (replays, mismatches, refusals, unknown SKUs) in
+//! arrival order. Those cases are rare, so the common one pays for no lookups before it writes.
+//! A partition whose fence fails is answered stale, as by the function, and writes nothing.
 
 use std::collections::HashMap;
 
@@ -48,20 +51,13 @@ cmd AS MATERIALIZED (
 want AS MATERIALIZED (
     SELECT c.sku, c.part, c.epoch, sum(c.qty)::bigint AS total
       FROM cmd AS c
+     WHERE c.id IS NOT NULL
      GROUP BY c.sku, c.part, c.epoch),
-verdict AS MATERIALIZED (
-    SELECT NOT EXISTS (SELECT 1 FROM reservations AS r JOIN cmd AS c ON r.reservation_id = c.id)
-           AND (SELECT count(*) FROM want)
-             = (SELECT count(*)
-                  FROM inventory AS i JOIN want AS w
-                    ON i.sku = w.sku AND i.partition = w.part AND i.available >= w.total)
-           AS go),
 inv AS (
     UPDATE inventory AS i
        SET available = i.available - w.total, held = i.held + w.total, highest_epoch = w.epoch
       FROM want AS w
      WHERE i.sku = w.sku AND i.partition = w.part AND i.available >= w.total
-       AND (SELECT go FROM verdict)
  RETURNING i.sku),
 res AS (
     INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch,
@@ -69,22 +65,30 @@ res AS (
     SELECT c.id, c.sku, c.part, c.qty, 'held', c.epoch, c.ttl,
            c.sku || '/' || c.qty || '/' || c.ttl, now() + c.ttl * interval '1 second'
       FROM cmd AS c
-     WHERE (SELECT go FROM verdict)
+     WHERE c.id IS NOT NULL
  RETURNING reservation_id, expires_at),
 led AS (
     INSERT INTO ledger (sku, partition, kind, reservation_id, d_on_hand, d_available, d_held,
                         d_confirmed, epoch)
     SELECT c.sku, c.part, 'reserve', c.id, 0, -c.qty, c.qty, 0, c.epoch
       FROM cmd AS c
-     WHERE (SELECT go FROM verdict)
- RETURNING 1)
+     WHERE c.id IS NOT NULL
+ RETURNING 1),
+verdict AS (
+    SELECT (SELECT count(*) FROM inv) = (SELECT count(*) FROM want)
+           AND (SELECT count(*) FROM led) = (SELECT count(*) FROM cmd WHERE id IS NOT NULL)
+           AND NOT EXISTS (SELECT 1
+                             FROM cmd AS c JOIN reservations AS r
+                               ON r.partition = c.part AND r.status = 'held'
+                              AND r.expires_at <= now()
+                            WHERE c.id IS NULL)
+           AS whole)
 SELECT e.ord,
-       CASE WHEN c.id IS NULL THEN 'stale' WHEN v.go THEN 'created' ELSE 'undecided' END,
+       CASE WHEN c.ord IS NULL THEN 'stale' ELSE 'created' END,
        r.expires_at,
        coalesce(c.epoch, (SELECT l.epoch FROM leases AS l WHERE l.partition = e.part)),
-       CASE WHEN v.go AND ((SELECT count(*) FROM inv) <> (SELECT count(*) FROM want)
-                           OR (SELECT count(*) FROM led) <> (SELECT count(*) FROM cmd))
-            THEN fenced_batch_abort('a row changed between the decision and the write')
+       CASE WHEN NOT v.whole
+            THEN fenced_batch_abort('a reserve it could not grant, or a sweep with work to do')
        END
   FROM every AS e
   LEFT JOIN cmd AS c ON c.ord = e.ord
@@ -92,9 +96,9 @@ SELECT e.ord,
  CROSS JOIN verdict AS v
  ORDER BY e.ord";
 
-/// Whether every batch of `group` can go to the set-based statement: only reserves, each id once
-/// in the whole group (a repeated id is decided against its earlier command, which only the
-/// function does), each partition once (the function refuses a group naming one twice).
+/// Whether every batch of `group` can go to the set-based statement: only reserves and sweeps,
+/// each id once in the whole group (a repeated id is decided against its earlier command, which
+/// only the function does), each partition once (the function refuses a group naming one twice).
 pub fn eligible(group: &[PartitionBatch<'_>]) -> bool {
     let mut partitions = std::collections::HashSet::new();
     group.iter().all(|b| reserves_only(b.commands))
@@ -105,9 +109,9 @@ pub fn eligible(group: &[PartitionBatch<'_>]) -> bool {
 }
 
 /// Which batches of `group` may be taken out of it and written by the set-based statement on
-/// their own: only reserves, none of whose ids appears anywhere else in the group. Taking them
-/// out changes no decision: they share neither a SKU (a SKU has one partition, a partition one
-/// batch per group) nor an id with what stays.
+/// their own: only reserves and sweeps, none of whose ids appears anywhere else in the group.
+/// Taking them out changes no decision: they share neither a SKU (a SKU has one partition, a
+/// partition one batch per group) nor an id with what stays.
 pub fn separable(group: &[PartitionBatch<'_>]) -> Vec<bool> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for batch in group {
@@ -131,7 +135,7 @@ fn reserves_only(commands: &[Command]) -> bool {
     !commands.is_empty()
         && commands
             .iter()
-            .all(|c| matches!(c, Command::Reserve { .. }))
+            .all(|c| matches!(c, Command::Reserve { .. } | Command::ExpireDue { .. }))
 }
 
 fn ids_unique(group: &[PartitionBatch<'_>]) -> bool {
@@ -142,8 +146,8 @@ fn ids_unique(group: &[PartitionBatch<'_>]) -> bool {
         .all(|id| seen.insert(id))
 }
 
-/// Run an [`eligible`] group as the set-based statement. `None`: nothing was written, run the
-/// group through the function. Otherwise one result per batch, as `apply_group` answers.
+/// Run an [`eligible`] group as the set-based statement. `None`: it could not grant everything
+/// and rolled back, so nothing was written; run the group through the function. Otherwise one result per batch, as `apply_group` answers.
 pub async fn reserve_group(
     client: &ClientWrapper,
     group: &[PartitionBatch<'_>],
@@ -159,20 +163,27 @@ pub async fn reserve_group(
     let mut ttls = Vec::with_capacity(total);
     for batch in group {
         for command in batch.commands {
-            let Command::Reserve {
-                reservation_id,
-                sku,
-                quantity,
-                ttl_seconds,
-            } = command
-            else {
-                return Err(malformed("the set-based statement carries reserves only"));
+            // A sweep is a row without id: it only asks that nothing of its partition is due.
+            let (id, sku, quantity, ttl) = match command {
+                Command::Reserve {
+                    reservation_id,
+                    sku,
+                    quantity,
+                    ttl_seconds,
+                } => (
+                    Some(reservation_id.as_str()),
+                    Some(sku.as_str()),
+                    *quantity,
+                    *ttl_seconds as i32,
+                ),
+                Command::ExpireDue { limit } => (None, None, *limit, 0),
+                _ => return Err(malformed("the set-based statement carries reserves only")),
             };
             parts.push(batch.fence.token.partition as i32);
-            ids.push(reservation_id.as_str());
-            skus.push(sku.as_str());
-            quantities.push(*quantity);
-            ttls.push(*ttl_seconds as i32);
+            ids.push(id);
+            skus.push(sku);
+            quantities.push(quantity);
+            ttls.push(ttl);
         }
     }
     let fence_parts: Vec<i32> = group
@@ -214,8 +225,10 @@ pub async fn reserve_group(
             let result: &str = row.get(1);
             let epoch: Option<i64> = row.get(3);
             match result {
-                "undecided" => return Ok(None),
                 "stale" => stale = Some(epoch),
+                "created" if matches!(command, Command::ExpireDue { .. }) => {
+                    outcomes.push(Outcome::Expired { count: 0 })
+                }
                 "created" => outcomes.push(created(command, batch, row.get(2), epoch)?),
                 other => return Err(malformed(format!("unknown result {other:?}"))),
             }

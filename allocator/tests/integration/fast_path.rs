@@ -240,3 +240,42 @@ async fn a_stale_partition_is_answered_stale_and_the_others_commit() {
     ));
     assert_eq!(f.state().await, (vec![(10, 0), (9, 1)], 1, 1));
 }
+
+#[tokio::test]
+async fn a_sweep_rides_along_only_while_nothing_is_due() {
+    let f = fixture().await;
+    let conn = f.pool.get().await.unwrap();
+    let sweep = Command::ExpireDue { limit: 10 };
+    let a = [sweep.clone(), reserve("w1", &f.skus[0], 1)];
+    let group = [PartitionBatch {
+        fence: &f.fences[0],
+        commands: &a,
+    }];
+    let results = reserve_group(&conn, &group).await.unwrap().unwrap();
+    let outcomes = results[0].as_ref().unwrap();
+    assert_eq!(outcomes[0], Outcome::Expired { count: 0 });
+    assert!(matches!(
+        outcomes[1],
+        Outcome::Reservation { created: true, .. }
+    ));
+
+    // A hold falls due: the sweep has work to do, which only the function does.
+    let short = Command::Reserve {
+        reservation_id: "short".into(),
+        sku: f.skus[0].clone(),
+        quantity: 1,
+        ttl_seconds: 1,
+    };
+    fenced_transaction(&conn, &f.fences[0], &[short])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let before = f.state().await;
+    let b = [sweep, reserve("w2", &f.skus[0], 1)];
+    let group = [PartitionBatch {
+        fence: &f.fences[0],
+        commands: &b,
+    }];
+    assert!(reserve_group(&conn, &group).await.unwrap().is_none());
+    assert_eq!(f.state().await, before, "nothing written");
+}

@@ -2,11 +2,17 @@
 //!
 //! Every partition worker hands its batch to the committer and waits for the answer, so a
 //! partition never has more than one batch in flight and its commands stay in arrival order.
-//! A few *lanes* (one database connection each at a time) take whatever batches are ready and
-//! run them as one `apply_fenced_batch` statement: under spread traffic, where each partition's
-//! batch holds one or two commands, this turns many small commits into one, which is what the
-//! commit path of a durable PostgreSQL is bound by. A lane never waits to fill a group: an idle
-//! system commits a lone batch at once.
+//! *Lanes* (one database connection each while a statement runs) take whatever batches are ready
+//! and run them as one statement (the set-based reserve statement or `apply_fenced_batch`, see
+//! [`crate::fenced`]): under spread traffic, where each partition's batch holds one or two
+//! commands, this turns many small commits into one. A lane never waits to fill a group: a batch
+//! that finds a lane free runs at once, alone if nothing else is queued.
+//!
+//! How many statements run at once adapts to the load ([`concurrency`]): between the CPU count
+//! and the number of lanes, growing while statements stay quick and batches wait for a lane,
+//! shrinking when statements slow down because the database is busy. So at ordinary load a lone
+//! batch never waits behind another statement, and under load batches queue and share fewer,
+//! larger statements, whose fixed cost is what a busy database saves on.
 //!
 //! One tenure per partition per group. A batch waits in the queue while its partition's tenure may
 //! end (a stall, a refused renewal) and the partition be taken again, by this replica too: the
@@ -32,6 +38,9 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
+mod concurrency;
+
+use self::concurrency::{Concurrency, Slots};
 use crate::authority::{PartitionAuthority, Withheld};
 use crate::fenced::{
     apply_function, apply_group, Command, Fence, FencedError, Outcome, PartitionBatch,
@@ -108,8 +117,11 @@ pub enum CommitError {
 
 #[derive(Debug, Clone, Copy)]
 pub struct CommitSettings {
-    /// Concurrent group transactions (each holds one pooled connection while it runs).
+    /// Most concurrent group transactions (each holds one pooled connection while it runs).
     pub lanes: std::num::NonZeroUsize,
+    /// Concurrent group transactions allowed however busy the database is (see
+    /// [`concurrency`]); at most `lanes`.
+    pub min_lanes: std::num::NonZeroUsize,
     /// Most partitions in one group; 1 turns group commit off.
     pub max_partitions: usize,
     /// Most commands in one group, so one statement stays short.
@@ -132,12 +144,18 @@ impl Committer {
     pub fn spawn(pool: Pool, settings: CommitSettings) -> (Self, Vec<JoinHandle<()>>) {
         let (sender, receiver) = mpsc::channel(4096);
         let receiver = Arc::new(Mutex::new(receiver));
+        let slots = Arc::new(Slots::new(Concurrency::new(
+            settings.min_lanes.get(),
+            settings.lanes.get(),
+        )));
+        metrics::gauge!(m::COMMIT_CONCURRENCY).set(settings.min_lanes.get() as f64);
         let lanes = (0..settings.lanes.get())
             .map(|_| {
                 let lane = Lane {
                     pool: pool.clone(),
                     settings,
                     receiver: receiver.clone(),
+                    slots: slots.clone(),
                 };
                 tokio::spawn(lane.run())
             })
@@ -155,6 +173,8 @@ struct Lane {
     pool: Pool,
     settings: CommitSettings,
     receiver: Arc<Mutex<mpsc::Receiver<Submission>>>,
+    /// Shared by the lanes: how many statements may run now.
+    slots: Arc<Slots>,
 }
 
 impl Lane {
@@ -168,10 +188,14 @@ impl Lane {
                     let Some(next) = receiver.recv().await else {
                         return;
                     };
+                    // Beyond the concurrency limit, wait with the queue held: what arrives
+                    // meanwhile joins this group.
+                    self.slots.acquire().await;
                     // A withdrawn batch was answered by its worker; it never runs.
                     if next.claim.take() {
                         break next;
                     }
+                    self.slots.cancel();
                 };
                 if first.solo {
                     alone.push(first);
@@ -199,12 +223,15 @@ impl Lane {
                     }
                 }
             }
+            let started = Instant::now();
             if !group.is_empty() {
                 self.commit(group).await;
             }
             for submission in alone {
                 self.commit(vec![submission]).await;
             }
+            let limit = self.slots.release(started.elapsed());
+            metrics::gauge!(m::COMMIT_CONCURRENCY).set(limit as f64);
         }
     }
 
