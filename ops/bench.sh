@@ -1,68 +1,107 @@
 #!/usr/bin/env bash
-# One benchmark invocation, one table: naive baselines and the allocator on the same private,
-# durable PostgreSQL (fsync and synchronous_commit on for every row).
+# One benchmark invocation, one table of throughput, latency and CPU cost per operation: naive
+# baselines and the allocator on the same private, durable PostgreSQL (fsync and
+# synchronous_commit on for every row).
 #
 #   ops/bench.sh              build release binaries, start 1 allocator + 1 router on a private
 #                             durable PostgreSQL and a private Redis (ops/cluster.sh), run every
 #                             row in turn, stop everything, print a Markdown table on stdout
+#   ops/bench.sh --short      the same rows for 4 s each and without the Redis rows: a couple of
+#                             minutes after the build, for a quick comparison
+#   ops/bench.sh --compare DIR
+#                             A/B of two builds in one invocation: DIR holds the baseline's
+#                             allocator, router and loadtest binaries; a second cluster runs them
+#                             beside the current build's, and BENCH_ROUNDS (2) rounds alternate
+#                             baseline and current on the same rows: closed loop uniform direct,
+#                             zipf routed, and open loop zipf at BENCH_COMPARE_RATE (1000/s)
+#                             direct and routed. Prints both and the ratios of throughput and of
+#                             CPU per operation (no pgbench or Redis rows)
 #   ops/bench.sh --help
 #
-# Rows (each BENCH_CONCURRENCY clients for BENCH_DURATION seconds, one after the other):
-#   pgbench hot / uniform   the naive fenced single-statement reserve (ops/bench/naive_reserve_*.sql:
-#                           one UPDATE joining the lease row) on one hot row / uniform over 100k rows
-#   redis hot / uniform     redis-benchmark EVALSHA of a Lua check-and-decrement (ops/bench/reserve.lua)
-#   allocator / router      `loadtest run` (closed loop, reserve only) straight to the allocator and
-#                           through the router, for: one hot SKU; hot:0.9 over 1,000 SKUs;
-#                           zipf:1.1 over 100k SKUs; uniform over 100k SKUs
-#   open loop               `loadtest run --rate` at BENCH_OPEN_FRACTION (0.8) of the measured
-#                           router zipf throughput, latency from each request's intended start
-# Ratios: hot rows against pgbench hot, spread rows against pgbench uniform. Every allocator row
-# uses freshly loaded SKUs (ops/bench/seed.sql with partitions from `loadtest partitions`) and
-# ends with loadtest's invariant checks.
+# Rows, one after the other, each BENCH_DURATION seconds:
+#   closed loop (BENCH_CONCURRENCY clients), for uniform over BENCH_SKUS SKUs, zipf:1.1 over
+#   BENCH_SKUS SKUs and one hot SKU:
+#     pgbench     the naive fenced single-statement reserve (ops/bench/naive_reserve_*.sql: one
+#                 UPDATE joining the lease row), prepared
+#     allocator   `loadtest run` (reserve only) straight to the allocator
+#     router      the same through the router
+#   open loop at each of BENCH_OPEN_FRACTIONS (25 %, 50 %, 80 %) of the router's closed-loop zipf
+#   throughput (the routed peak), zipf over BENCH_SKUS SKUs: pgbench -R at that rate, and
+#   `loadtest run --rate` direct and through the router. Latency counts from each request's
+#   intended start in both (pgbench's per-transaction latency under -R includes its schedule lag).
+#   redis (full mode)  redis-benchmark EVALSHA of a Lua check-and-decrement (ops/bench/reserve.lua)
 #
-# Knobs (environment): BENCH_DURATION (12 s), BENCH_CONCURRENCY (64), BENCH_PARTITIONS (16),
-# BENCH_OPEN_FRACTION (0.8), BENCH_MAX_IN_FLIGHT (256, open loop), BENCH_SKIP_BUILD=1,
+# Every row reports CPU microseconds per operation of PostgreSQL (the postmaster and all its
+# backends), the allocator, the router and the load generator, read from /proc over the row's
+# load (`loadtest run --cpu-watch`, and `loadtest cpu` around pgbench). Under the table, the
+# targets line up the figures they are about. Ratios: closed-loop hot rows against pgbench hot,
+# spread rows against pgbench uniform; open-loop rows' p50 and p99 against pgbench at the same
+# rate. Every allocator row uses freshly loaded SKUs (ops/bench/seed.sql with partitions from
+# `loadtest partitions`) and ends with loadtest's invariant checks.
+#
+# Knobs (environment): BENCH_DURATION (12 s; 4 with --short), BENCH_CONCURRENCY (64),
+# BENCH_PARTITIONS (16), BENCH_SKUS (10000), BENCH_OPEN_FRACTIONS ("0.25 0.5 0.8"),
+# BENCH_MAX_IN_FLIGHT (256, open loop), BENCH_REDIS (1; 0 with --short), BENCH_SKIP_BUILD=1,
 # BENCH_DIR (.cluster/bench: per-row reports, logs, results.tsv, table.md). Allocator / router
-# knobs pass through (ALLOCATOR_BATCH_MAX, ALLOCATOR_POOL_SIZE, CLUSTER_ALLOCATOR_ARGS, ...).
-# Needs pgbench (postgresql-client, a dependency of postgresql) and redis-benchmark (redis-tools,
-# a dependency of redis-server); ops/lib.sh's ensure_packages installs those two servers.
+# knobs pass through (ALLOCATOR_BATCH_MAX, ALLOCATOR_POOL_SIZE, CLUSTER_ALLOCATOR_ARGS,
+# CLUSTER_ALLOCATOR_BIN, CLUSTER_ROUTER_BIN, ...).
+# Needs pgbench (postgresql-client, a dependency of postgresql) and, for the Redis rows,
+# redis-benchmark (redis-tools, a dependency of redis-server); ops/lib.sh's ensure_packages
+# installs those two servers.
 #
-# Exit status 0 when every row ran and every invariant check passed, 1 otherwise. Everything
-# started is stopped at the end, also on Ctrl-C, SIGTERM or an error.
+# Exit status 0 when every row ran and every invariant check passed, 1 otherwise (a missed
+# target is reported, not an error). Everything started is stopped at the end, also on Ctrl-C,
+# SIGTERM or an error.
 set -euo pipefail
 
 # shellcheck source=ops/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-for arg in "$@"; do
-    case "$arg" in
+SHORT=""
+COMPARE=""
+while (($#)); do
+    case "$1" in
+        --short) SHORT=1 ;;
+        --compare)
+            [[ $# -ge 2 ]] || die "--compare needs a directory with the baseline's binaries"
+            COMPARE="$(cd "$2" && pwd)" || die "--compare: no directory $2"
+            shift
+            ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) die "unknown argument '$arg' (try --help)" ;;
+        *) die "unknown argument '$1' (try --help)" ;;
     esac
+    shift
 done
 
-DURATION="${BENCH_DURATION:-12}"
+DURATION="${BENCH_DURATION:-${SHORT:+4}}"
+DURATION="${DURATION:-12}"
+REDIS_ROWS="${BENCH_REDIS:-$([[ -n "$SHORT" ]] && echo 0 || echo 1)}"
 CONCURRENCY="${BENCH_CONCURRENCY:-64}"
 PARTITIONS="${BENCH_PARTITIONS:-16}"
-OPEN_FRACTION="${BENCH_OPEN_FRACTION:-0.8}"
+SKUS="${BENCH_SKUS:-10000}"
+OPEN_FRACTIONS="${BENCH_OPEN_FRACTIONS:-0.25 0.5 0.8}"
 MAX_IN_FLIGHT="${BENCH_MAX_IN_FLIGHT:-256}"
+ROUNDS="${BENCH_ROUNDS:-2}"
+COMPARE_RATE="${BENCH_COMPARE_RATE:-1000}"
 BENCH_DIR="${BENCH_DIR:-$REPO_ROOT/.cluster/bench}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 LOADTEST="$TARGET_DIR/release/loadtest"
 BENCH_SQL="$OPS_DIR/bench"
 STOCK=1000000000
-SPREAD_SKUS=100000
 
-for v in DURATION CONCURRENCY PARTITIONS MAX_IN_FLIGHT; do
+for v in DURATION CONCURRENCY PARTITIONS SKUS MAX_IN_FLIGHT ROUNDS COMPARE_RATE; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "BENCH_$v must be a positive integer, got '${!v}'"
 done
-[[ "$OPEN_FRACTION" =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || die "BENCH_OPEN_FRACTION must be in (0, 1]"
+for f in $OPEN_FRACTIONS; do
+    [[ "$f" =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || die "BENCH_OPEN_FRACTIONS: '$f' is not in (0, 1]"
+done
+[[ "$REDIS_ROWS" =~ ^[01]$ ]] || die "BENCH_REDIS must be 0 or 1"
 
 # --- cleanup -------------------------------------------------------------------------------------
 
 CHILD=""
-CLUSTER_UP=""
-CLUSTER_STATE="$BENCH_DIR/cluster"
+# State directories of the clusters started (stopped by the trap).
+CLUSTERS=()
 
 # run_child CMD...: runs CMD in its own process group and waits, so a signal reaches our trap at
 # once and the trap can stop CMD's whole group.
@@ -83,11 +122,12 @@ cleanup() {
         kill -TERM -- "-$CHILD" 2>/dev/null || kill -TERM "$CHILD" 2>/dev/null || true
         wait "$CHILD" 2>/dev/null || true
     fi
-    if [[ -n "$CLUSTER_UP" ]]; then
-        info "stopping the benchmark cluster"
-        CLUSTER_DIR="$CLUSTER_STATE" CLUSTER_STOP_TIMEOUT=15 "$OPS_DIR/cluster.sh" down \
+    local state
+    for state in "${CLUSTERS[@]}"; do
+        info "stopping the benchmark cluster in ${state#"$REPO_ROOT"/}"
+        CLUSTER_DIR="$state" CLUSTER_STOP_TIMEOUT=15 "$OPS_DIR/cluster.sh" down \
             >>"$BENCH_DIR/cluster.down.log" 2>&1 || warn "ops/cluster.sh down failed (see $BENCH_DIR/cluster.down.log)"
-    fi
+    done
     exit "$rc"
 }
 trap cleanup EXIT
@@ -102,7 +142,9 @@ PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"
 PGBENCH="$(command -v pgbench || true)"
 [[ -n "$PGBENCH" ]] || PGBENCH="$PG_BIN/pgbench"
 [[ -x "$PGBENCH" ]] || die "pgbench not found (apt-get install postgresql-client)"
-command -v redis-benchmark >/dev/null 2>&1 || die "redis-benchmark not found (apt-get install redis-tools)"
+if ((REDIS_ROWS)); then
+    command -v redis-benchmark >/dev/null 2>&1 || die "redis-benchmark not found (apt-get install redis-tools, or BENCH_REDIS=0)"
+fi
 if [[ -n "${BENCH_SKIP_BUILD:-}" ]]; then
     info "BENCH_SKIP_BUILD set: not building"
 else
@@ -111,9 +153,14 @@ else
     run_child cargo build --manifest-path "$REPO_ROOT/Cargo.toml" --release \
         -p allocator -p router -p loadtest || die "cargo build failed"
 fi
-for bin in "$LOADTEST" "$TARGET_DIR/release/allocator" "$TARGET_DIR/release/router"; do
+for bin in "$LOADTEST" "${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}" "${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"; do
     [[ -x "$bin" ]] || die "$bin not found (build it or unset BENCH_SKIP_BUILD)"
 done
+if [[ -n "$COMPARE" ]]; then
+    for bin in allocator router loadtest; do
+        [[ -x "$COMPARE/$bin" ]] || die "--compare: $COMPARE/$bin not found"
+    done
+fi
 mkdir -p "$BENCH_DIR"
 RESULTS="$BENCH_DIR/results.tsv"
 : >"$RESULTS"
@@ -122,33 +169,58 @@ START=$SECONDS
 
 # --- cluster -------------------------------------------------------------------------------------
 
-step "cluster: private durable PostgreSQL, private Redis, 1 allocator, 1 router ($PARTITIONS partitions)"
-CLUSTER_UP=1
-if ! run_child env CLUSTER_DIR="$CLUSTER_STATE" CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 \
-    CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATORS=1 CLUSTER_ROUTERS=1 CLUSTER_PARTITIONS="$PARTITIONS" \
-    CLUSTER_READY_TIMEOUT=60 CLUSTER_MAP_TIMEOUT=30 "$OPS_DIR/cluster.sh" up >"$BENCH_DIR/cluster.up.log" 2>&1; then
-    tail -n 25 "$BENCH_DIR/cluster.up.log" >&2 || true
-    die "cluster up failed (log $BENCH_DIR/cluster.up.log)"
-fi
-# shellcheck disable=SC1091
-source "$CLUSTER_STATE/cluster.env"
-ALLOCATOR_URL="${ALLOCATOR_URLS%% *}"
-PG_HOSTPORT="${DATABASE_URL#*@}"
-PG_HOSTPORT="${PG_HOSTPORT%%/*}"
-PG_PORT="${PG_HOSTPORT##*:}"
-REDIS_PORT="${REDIS_URL#redis://}"
-REDIS_PORT="${REDIS_PORT%%/*}"
-REDIS_PORT="${REDIS_PORT##*:}"
+# start_cluster NAME ALLOCATOR_BIN ROUTER_BIN: a private durable PostgreSQL, a private Redis, one
+# allocator and one router in $BENCH_DIR/NAME; sets the cluster's globals (use_cluster).
+start_cluster() {
+    local name=$1 state="$BENCH_DIR/$1"
+    step "cluster $name: private durable PostgreSQL, private Redis, 1 allocator, 1 router ($PARTITIONS partitions)"
+    CLUSTERS+=("$state")
+    if ! run_child env CLUSTER_DIR="$state" CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 \
+        CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATORS=1 CLUSTER_ROUTERS=1 CLUSTER_PARTITIONS="$PARTITIONS" \
+        CLUSTER_ALLOCATOR_BIN="$2" CLUSTER_ROUTER_BIN="$3" \
+        CLUSTER_READY_TIMEOUT=60 CLUSTER_MAP_TIMEOUT=30 "$OPS_DIR/cluster.sh" up >"$BENCH_DIR/$name.up.log" 2>&1; then
+        tail -n 25 "$BENCH_DIR/$name.up.log" >&2 || true
+        die "cluster up failed (log $BENCH_DIR/$name.up.log)"
+    fi
+    use_cluster "$name"
+    local settings
+    settings="$(psql_db -At "$DATABASE_URL" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', PostgreSQL ' || current_setting('server_version')")"
+    info "$name: allocator $ALLOCATOR_URL, router $ROUTER_URL, $settings"
+    [[ "$settings" == "fsync=on, synchronous_commit=on"* ]] || die "PostgreSQL is not durable: $settings"
+    PG_SETTINGS=$settings
+}
+
+# use_cluster NAME: point DATABASE_URL, REDIS_URL, ALLOCATOR_URL, ROUTER_URL, PG_PORT, REDIS_PORT and
+# WATCH (the postmaster with its backends, the allocator and the router, whose CPU every row
+# reports) at cluster NAME.
+use_cluster() {
+    local state="$BENCH_DIR/$1" v
+    # shellcheck disable=SC1091
+    source "$state/cluster.env"
+    ALLOCATOR_URL="${ALLOCATOR_URLS%% *}"
+    PG_PORT="${DATABASE_URL#*@}"
+    PG_PORT="${PG_PORT%%/*}"
+    PG_PORT="${PG_PORT##*:}"
+    REDIS_PORT="${REDIS_URL#redis://}"
+    REDIS_PORT="${REDIS_PORT%%/*}"
+    REDIS_PORT="${REDIS_PORT##*:}"
+    PG_PID="$(head -n1 "$(cat "$state/services/pg.base")/data/postmaster.pid" 2>/dev/null || true)"
+    ALLOC_PID="$(head -n1 "$state/run/alloc-1.pid" 2>/dev/null || true)"
+    ROUTER_PID="$(head -n1 "$state/run/router-1.pid" 2>/dev/null || true)"
+    for v in PG_PID ALLOC_PID ROUTER_PID; do
+        [[ "${!v}" =~ ^[0-9]+$ ]] && pid_alive "${!v}" || die "cannot find cluster $1's $v"
+    done
+    WATCH=("postgres=$PG_PID" "allocator=$ALLOC_PID" "router=$ROUTER_PID")
+}
+
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
-PG_SETTINGS="$(psql_db -At "$DATABASE_URL" -c "SELECT 'fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', PostgreSQL ' || current_setting('server_version')")"
-info "allocator $ALLOCATOR_URL, router $ROUTER_URL, $PG_SETTINGS"
-[[ "$PG_SETTINGS" == "fsync=on, synchronous_commit=on"* ]] || die "PostgreSQL is not durable: $PG_SETTINGS"
+start_cluster cluster "${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}" "${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"
+info "CPU from /proc: postgres pid $PG_PID (and its backends), allocator pid $ALLOC_PID, router pid $ROUTER_PID"
 
-# row NAME SYSTEM WORKLOAD CLASS TPS P50 P99 P999 INVARIANTS NOTE: one line of results.tsv.
+# row SYSTEM LABEL WORKLOAD LOAD FRACTION TPS P50 P99 P999 PG_US ALLOC_US ROUTER_US GEN_US INVARIANTS NOTE:
+# one line of results.tsv. SYSTEM: pgbench|allocator|router|redis; WORKLOAD: uniform|zipf|hot;
+# FRACTION: the open-loop fraction of the routed peak, "-" for closed loop.
 row() { local IFS=$'\t'; printf '%s\n' "$*" >>"$RESULTS"; }
-
-# class_of KIND: the ratio class of a baseline row (hot rows against hot, spread against uniform).
-class_of() { if [[ $1 == hot ]]; then echo hot; else echo spread; fi; }
 
 # percentiles FILE: "p50 p99 p99.9" in ms of the microsecond values in FILE (one a line).
 percentiles() {
@@ -159,58 +231,58 @@ percentiles() {
     }'
 }
 
+workload_label() {
+    case $1 in
+        uniform) echo "uniform over $SKUS SKUs" ;;
+        zipf) echo "zipf:1.1 over $SKUS SKUs" ;;
+        hot) echo "1 hot SKU" ;;
+    esac
+}
+
 # --- pgbench -------------------------------------------------------------------------------------
 
-NAIVE_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_naive"
-step "pgbench: naive fenced single-statement reserve"
-"$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_naive
-psql_db "$NAIVE_URL" -v partitions="$PARTITIONS" -v stock="$STOCK" -v skus="$SPREAD_SKUS" \
-    -f "$BENCH_SQL/naive_init.sql"
-for kind in hot uniform; do
-    prefix="$BENCH_DIR/pgbench_$kind"
+# naive_tables: the naive baseline's database and tables on the current cluster's PostgreSQL.
+naive_tables() {
+    NAIVE_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_naive"
+    step "naive baseline tables ($SKUS rows)"
+    "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_naive
+    psql_db "$NAIVE_URL" -v partitions="$PARTITIONS" -v stock="$STOCK" -v skus="$SKUS" \
+        -f "$BENCH_SQL/naive_init.sql"
+}
+
+# pgbench_row WORKLOAD [FRACTION RATE]: the naive statement, closed loop or at RATE per second.
+pgbench_row() {
+    local workload=$1 fraction=${2:--} rate=${3:-} load
+    ROW_N=$((ROW_N + 1))
+    local prefix="$BENCH_DIR/row${ROW_N}_pgbench_$workload"
+    local args=(-n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -D skus="$SKUS"
+        -f "$BENCH_SQL/naive_reserve_$workload.sql" -l --log-prefix="$prefix")
+    load="closed, $CONCURRENCY clients"
+    if [[ -n "$rate" ]]; then
+        args+=(-R "$rate")
+        load="open $(printf '%.0f' "$rate")/s"
+    fi
     rm -f "$prefix".*
-    info "pgbench $kind: $CONCURRENCY clients, ${DURATION}s"
-    if run_child "$PGBENCH" -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" \
-        -f "$BENCH_SQL/naive_reserve_$kind.sql" -l --log-prefix="$prefix" "$NAIVE_URL" >"$prefix.txt" 2>&1; then
+    info "pgbench $workload ($load): ${DURATION}s"
+    if run_child "$LOADTEST" cpu "${WATCH[@]/#/--watch=}" --name pgbench --out "$prefix.cpu.json" \
+        -- "$PGBENCH" "${args[@]}" "$NAIVE_URL" >"$prefix.txt" 2>&1; then
+        local tps n p50 p99 p999 cpu
         tps="$(awk '/^tps = / && /without initial connection time/ { print $3 }' "$prefix.txt")"
+        n="$(awk -F': ' '/^number of transactions actually processed/ { split($2, a, "/"); print a[1] }' "$prefix.txt")"
         cat "$prefix".[0-9]* | awk '{ print $3 }' >"$prefix.us"
         read -r p50 p99 p999 <<<"$(percentiles "$prefix.us")"
-        row "pgbench" "naive fenced UPDATE" "$kind" "$(class_of "$kind")" "$tps" "$p50" "$p99" "$p999" "-" ""
+        cpu="$(jq -r --argjson n "${n:-0}" '[("postgres", "allocator", "router", "pgbench") as $name
+            | (.processes[] | select(.name == $name) | if $n > 0 then (.cpu_secs * 1e6 / $n * 10 | round / 10) else "-" end)] | @tsv' "$prefix.cpu.json")"
+        # shellcheck disable=SC2086 # four tab-separated figures
+        row pgbench "naive fenced UPDATE (pgbench)" "$workload" "$load" "$fraction" "$tps" "$p50" "$p99" "$p999" $cpu "-" ""
     else
         tail -n 5 "$prefix.txt" >&2
-        row "pgbench" "naive fenced UPDATE" "$kind" "$(class_of "$kind")" "failed" 0 0 0 "-" ""
+        row pgbench "naive fenced UPDATE (pgbench)" "$workload" "$load" "$fraction" failed 0 0 0 - - - - "-" ""
         FAILED=1
     fi
-done
+}
 
-# --- redis ---------------------------------------------------------------------------------------
-
-step "redis-benchmark: Lua check-and-decrement (EVALSHA)"
-redis-cli -p "$REDIS_PORT" -n 1 FLUSHDB >/dev/null
-redis-cli -p "$REDIS_PORT" -n 1 EVAL "for i = 0, $((SPREAD_SKUS - 1)) do redis.call('HSET', string.format('s:%012d', i), 'a', $STOCK, 'h', 0) end return 1" 0 >/dev/null
-SHA="$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat "$BENCH_SQL/reserve.lua")")"
-for kind in hot uniform; do
-    out="$BENCH_DIR/redis_$kind.txt"
-    args=(-p "$REDIS_PORT" --dbnum 1 -c "$CONCURRENCY")
-    if [[ $kind == hot ]]; then key='s:000000000000'; else key='s:__rand_int__'; args+=(-r "$SPREAD_SKUS"); fi
-    # redis-benchmark counts requests, not seconds: a 1 s calibration sizes the run to the duration.
-    rps="$(redis-benchmark "${args[@]}" -n 20000 -q EVALSHA "$SHA" 1 "$key" 2>/dev/null | tr '\r' '\n' \
-        | awk '/requests per second/ { for (i = 1; i <= NF; i++) if ($i == "requests") v = $(i - 1) } END { print int(v) }')"
-    n=$(( (rps > 0 ? rps : 10000) * DURATION ))
-    info "redis $kind: $CONCURRENCY clients, $n requests (~${DURATION}s at the calibrated rate)"
-    if run_child redis-benchmark "${args[@]}" -n "$n" EVALSHA "$SHA" 1 "$key" >"$out" 2>&1; then
-        tr '\r' '\n' <"$out" | awk -v kind="$kind" -v class="$(class_of "$kind")" '
-            /throughput summary:/ { tps = $3 }
-            /^ *[0-9.]+% <= [0-9.]+ milliseconds/ { p = $1 + 0; if (p >= 99.9 && p999 == "") p999 = $3 }
-            /latency summary/ { getline; getline; p50 = $3; p99 = $5 }
-            END { printf "redis\tLua EVALSHA\t%s\t%s\t%s\t%s\t%s\t%s\t-\t\n", kind, class, tps, p50, p99, p999 }' >>"$RESULTS"
-    else
-        row "redis" "Lua EVALSHA" "$kind" "$(class_of "$kind")" "failed" 0 0 0 "-" ""
-        FAILED=1
-    fi
-done
-
-# --- allocator -----------------------------------------------------------------------------------
+# --- allocator and router ------------------------------------------------------------------------
 
 # seed PREFIX SKUS: fresh SKUs straight into PostgreSQL.
 seed() {
@@ -218,81 +290,143 @@ seed() {
         | psql_db "$DATABASE_URL" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
 }
 
-# loadtest_row SYSTEM URL WORKLOAD CLASS SKUS SKEW [EXTRA...]: seed, run, record.
+# loadtest_row SYSTEM WORKLOAD [FRACTION RATE]: seed, run (closed loop, or open loop at RATE),
+# record.
 loadtest_row() {
-    local system=$1 url=$2 workload=$3 class=$4 skus=$5 skew=$6 rc=0
-    shift 6
+    local system=$1 workload=$2 fraction=${3:--} rate=${4:-} rc=0 url=$ALLOCATOR_URL skus=$SKUS skew label load
     ROW_N=$((ROW_N + 1))
-    local name="row${ROW_N}_${system}" prefix="bench${ROW_N}"
-    info "$system $workload: seeding $skus SKUs ($prefix-*), then ${DURATION}s $*"
-    seed "$prefix" "$skus" || { row "$system" "$system" "$workload" "$class" "failed" 0 0 0 "seed failed" ""; FAILED=1; return 0; }
+    local name="row${ROW_N}_${system}_$workload" prefix="bench${ROW_N}"
+    [[ $system == router ]] && url=$ROUTER_URL
+    label="allocator"
+    [[ $system == router ]] && label="router → allocator"
+    label+="${VARIANT:+ [$VARIANT]}"
+    case $workload in
+        uniform) skew=uniform ;;
+        zipf) skew=zipf:1.1 ;;
+        hot) skew=uniform skus=1 ;;
+    esac
+    local extra=(--concurrency "$CONCURRENCY")
+    load="closed, $CONCURRENCY clients"
+    if [[ -n "$rate" ]]; then
+        extra=(--rate "$rate" --max-in-flight "$MAX_IN_FLIGHT")
+        load="open $(printf '%.0f' "$rate")/s"
+    fi
+    info "$system $workload ($load): seeding $skus SKUs ($prefix-*), then ${DURATION}s"
+    if ! seed "$prefix" "$skus"; then
+        row "$system" "$label" "$workload" "$load" "$fraction" failed 0 0 0 - - - - "seed failed" ""
+        FAILED=1
+        return 0
+    fi
     run_child "$LOADTEST" run --target "$url" --skus "$skus" --prefix "$prefix" --skew "$skew" \
-        --concurrency "$CONCURRENCY" --duration-secs "$DURATION" --confirm-ratio 0 --release-ratio 0 \
-        --snapshot-max 0 --progress-secs 0 --seed 42 --json-out "$BENCH_DIR/$name.json" "$@" \
+        --duration-secs "$DURATION" --confirm-ratio 0 --release-ratio 0 \
+        --snapshot-max 0 --progress-secs 0 --seed 42 --json-out "$BENCH_DIR/$name.json" \
+        "${WATCH[@]/#/--cpu-watch=}" "${extra[@]}" \
         >"$BENCH_DIR/$name.txt" 2>"$BENCH_DIR/$name.err" || rc=$?
     if [[ -s "$BENCH_DIR/$name.json" ]] && ((rc == 0 || rc == 1)); then
-        jq -r --arg s "$system" --arg w "$workload" --arg c "$class" '[$s, (if .config.rate then "open loop " + (.config.rate | floor | tostring) + "/s" else $s end), $w, $c,
+        jq -r --arg s "$system" --arg l "$label" --arg w "$workload" --arg load "$load" --arg f "$fraction" '
+            def us($n): ((.cpu.processes // [])[] | select(.name == $n) | .us_per_op) // "-";
+            [$s, $l, $w, $load, $f,
             .reserves_per_sec, .ops.reserve.latency.p50_ms, .ops.reserve.latency.p99_ms, .ops.reserve.latency.p999_ms,
+            us("postgres"), us("allocator"), us("router"), us("loadtest"),
             (if .invariants.ok then "OK" else "FAILED" end),
             (if .pacing then "late \(.pacing.started_late), not started \(.pacing.not_started)" else "" end)] | @tsv' \
             "$BENCH_DIR/$name.json" >>"$RESULTS"
         ((rc == 0)) || { FAILED=1; cat "$BENCH_DIR/$name.txt" >&2; }
     else
         err "$system $workload: loadtest failed (exit $rc): $(tail -n 3 "$BENCH_DIR/$name.err")"
-        row "$system" "$system" "$workload" "$class" "failed" 0 0 0 "-" ""
+        row "$system" "$label" "$workload" "$load" "$fraction" failed 0 0 0 - - - - "-" ""
         FAILED=1
     fi
 }
 
 ROW_N=0
-WORKLOADS=("1 hot SKU|hot|1|uniform" "hot:0.9 over 1,000|hot|1000|hot:0.9"
-    "zipf:1.1 over 100k|spread|$SPREAD_SKUS|zipf:1.1" "uniform over 100k|spread|$SPREAD_SKUS|uniform")
-for system in allocator router; do
-    url=$ALLOCATOR_URL
-    [[ $system == router ]] && url=$ROUTER_URL
-    step "$system: loadtest closed loop, reserve only"
-    for w in "${WORKLOADS[@]}"; do
-        IFS='|' read -r workload class skus skew <<<"$w"
-        loadtest_row "$system" "$url" "$workload" "$class" "$skus" "$skew"
+VARIANT=""
+if [[ -n "$COMPARE" ]]; then
+    CURRENT_LOADTEST=$LOADTEST
+    start_cluster baseline "$COMPARE/allocator" "$COMPARE/router"
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for VARIANT in baseline current; do
+            use_cluster "$([[ $VARIANT == current ]] && echo cluster || echo baseline)"
+            LOADTEST="$([[ $VARIANT == current ]] && echo "$CURRENT_LOADTEST" || echo "$COMPARE/loadtest")"
+            step "round $round, $VARIANT"
+            loadtest_row allocator uniform
+            loadtest_row router zipf
+            loadtest_row allocator zipf open "$COMPARE_RATE"
+            loadtest_row router zipf open "$COMPARE_RATE"
+        done
     done
+    TABLE="$BENCH_DIR/compare.md"
+    {
+        echo "Baseline $COMPARE against the current build, $ROUNDS rounds alternating, ${DURATION}s per row,"
+        echo "each on its own cluster (durable private PostgreSQL, 1 allocator, 1 router, $PARTITIONS partitions)."
+        echo
+        awk -F'\t' -v skus="$SKUS" -f "$BENCH_SQL/compare.awk" "$RESULTS"
+    } >"$TABLE"
+    echo
+    cat "$TABLE"
+    info "comparison done in $((SECONDS - START))s (build excluded); reports in ${BENCH_DIR#"$REPO_ROOT"/}"
+    exit "$FAILED"
+fi
+
+naive_tables
+for workload in uniform zipf hot; do
+    step "closed loop, $(workload_label "$workload"): naive, direct, routed"
+    pgbench_row "$workload"
+    loadtest_row allocator "$workload"
+    loadtest_row router "$workload"
 done
 
-step "open loop at $OPEN_FRACTION of the router's zipf throughput"
-peak="$(awk -F'\t' '$1 == "router" && $3 ~ /^zipf/ { print $5 }' "$RESULTS")"
+peak="$(awk -F'\t' '$1 == "router" && $3 == "zipf" && $5 == "-" { print $6 }' "$RESULTS")"
 if [[ "$peak" =~ ^[0-9.]+$ ]] && awk -v p="$peak" 'BEGIN { exit !(p > 0) }'; then
-    rate="$(awk -v p="$peak" -v f="$OPEN_FRACTION" 'BEGIN { printf "%.1f", p * f }')"
-    loadtest_row "router" "$ROUTER_URL" "zipf:1.1 over 100k" spread "$SPREAD_SKUS" zipf:1.1 \
-        --rate "$rate" --max-in-flight "$MAX_IN_FLIGHT"
+    for fraction in $OPEN_FRACTIONS; do
+        rate="$(awk -v p="$peak" -v f="$fraction" 'BEGIN { printf "%.1f", p * f }')"
+        step "open loop at $fraction of the routed peak ($rate/s of $peak/s), $(workload_label zipf)"
+        pgbench_row zipf "$fraction" "$rate"
+        loadtest_row allocator zipf "$fraction" "$rate"
+        loadtest_row router zipf "$fraction" "$rate"
+    done
 else
-    warn "no router zipf throughput measured; open-loop row skipped"
+    warn "no routed zipf throughput measured; open-loop rows skipped"
     FAILED=1
+fi
+
+# --- redis ---------------------------------------------------------------------------------------
+
+if ((REDIS_ROWS)); then
+    step "redis-benchmark: Lua check-and-decrement (EVALSHA)"
+    redis-cli -p "$REDIS_PORT" -n 1 FLUSHDB >/dev/null
+    redis-cli -p "$REDIS_PORT" -n 1 EVAL "for i = 0, $((SKUS - 1)) do redis.call('HSET', string.format('s:%012d', i), 'a', $STOCK, 'h', 0) end return 1" 0 >/dev/null
+    SHA="$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat "$BENCH_SQL/reserve.lua")")"
+    for kind in hot uniform; do
+        out="$BENCH_DIR/redis_$kind.txt"
+        args=(-p "$REDIS_PORT" --dbnum 1 -c "$CONCURRENCY")
+        if [[ $kind == hot ]]; then key='s:000000000000'; else key='s:__rand_int__'; args+=(-r "$SKUS"); fi
+        # redis-benchmark counts requests, not seconds: a 1 s calibration sizes the run to the duration.
+        rps="$(redis-benchmark "${args[@]}" -n 20000 -q EVALSHA "$SHA" 1 "$key" 2>/dev/null | tr '\r' '\n' \
+            | awk '/requests per second/ { for (i = 1; i <= NF; i++) if ($i == "requests") v = $(i - 1) } END { print int(v) }')"
+        n=$(((rps > 0 ? rps : 10000) * DURATION))
+        info "redis $kind: $CONCURRENCY clients, $n requests (~${DURATION}s at the calibrated rate)"
+        if run_child redis-benchmark "${args[@]}" -n "$n" EVALSHA "$SHA" 1 "$key" >"$out" 2>&1; then
+            tr '\r' '\n' <"$out" | awk -v kind="$kind" -v clients="closed, $CONCURRENCY clients" '
+                /throughput summary:/ { tps = $3 }
+                /^ *[0-9.]+% <= [0-9.]+ milliseconds/ { p = $1 + 0; if (p >= 99.9 && p999 == "") p999 = $3 }
+                /latency summary/ { getline; getline; p50 = $3; p99 = $5 }
+                END { printf "redis\tLua EVALSHA (redis-benchmark)\t%s\t%s\t-\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t\n", kind, clients, tps, p50, p99, p999 }' >>"$RESULTS"
+        else
+            row redis "Lua EVALSHA (redis-benchmark)" "$kind" "closed, $CONCURRENCY clients" - failed 0 0 0 - - - - "-" ""
+            FAILED=1
+        fi
+    done
 fi
 
 # --- table ---------------------------------------------------------------------------------------
 
 TABLE="$BENCH_DIR/table.md"
 {
-    echo "Durable PostgreSQL ($PG_SETTINGS), $CONCURRENCY clients, ${DURATION}s per row, $PARTITIONS partitions,"
+    echo "Durable PostgreSQL ($PG_SETTINGS), ${DURATION}s per row, $PARTITIONS partitions,"
     echo "1 allocator + 1 router, $(nproc 2>/dev/null || echo '?') CPUs shared by servers and load generators."
     echo
-    echo "| system | workload | throughput /s | p50 ms | p99 ms | p99.9 ms | vs naive pgbench | invariants | notes |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"
-    awk -F'\t' '
-        $1 == "pgbench" && $6 != "failed" { base[$4] = $5 }
-        { line[NR] = $0 }
-        END {
-            for (i = 1; i <= NR; i++) {
-                split(line[i], f, "\t")
-                ratio = "-"
-                if (f[5] != "failed" && (f[4] in base) && base[f[4]] > 0) ratio = sprintf("%.2fx", f[5] / base[f[4]])
-                tput = (f[5] == "failed") ? "failed" : sprintf("%.0f", f[5])
-                printf "| %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s |\n", f[2], f[3], tput, f[6], f[7], f[8], ratio, f[9], f[10]
-            }
-        }' "$RESULTS"
-    echo
-    echo "Ratios: hot rows against pgbench hot, spread rows against pgbench uniform. allocator/router rows"
-    echo "are reserve operations per second through the HTTP API (each a fenced transaction with its"
-    echo "reservation and ledger rows); pgbench and redis rows are single statements / scripts."
+    awk -F'\t' -v skus="$SKUS" -f "$BENCH_SQL/table.awk" "$RESULTS"
 } >"$TABLE"
 echo
 cat "$TABLE"

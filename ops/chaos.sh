@@ -9,7 +9,8 @@
 #   --seed N              seed of the workload and the fault schedule (default 1)
 #   --duration SECONDS    seconds of load under faults (default 60)
 #   --faults LIST         comma-separated kinds to draw from (default all): kill, pause,
-#                         partition, latency, pg-restart, redis-restart, clock-skew, router-kill
+#                         partition, latency, pg-restart, redis-restart, clock-skew, router-kill,
+#                         window-change, pg-failover
 #   --out DIR             where history.jsonl, faults.jsonl, dump.json, summary.json,
 #                         check.json and the process logs go (default
 #                         $CARGO_TARGET_DIR/chaos/seed<N>-<time>, printed)

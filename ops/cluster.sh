@@ -12,7 +12,9 @@
 #                           wait, then stop the services this cluster started
 #
 # Knobs (environment): CLUSTER_PARTITIONS (16), CLUSTER_ALLOCATORS (3), CLUSTER_ROUTERS (2),
-# CLUSTER_PRIVATE=1 (private PostgreSQL and Redis even when system ones run), CLUSTER_SKIP_BUILD=1,
+# CLUSTER_PRIVATE=1 (private PostgreSQL and Redis even when system ones run), CLUSTER_PG_STANDBY=
+# sync|async (with CLUSTER_PRIVATE=1: a streaming standby, and every service gets the multi-host
+# URL of both servers), CLUSTER_SKIP_BUILD=1,
 # CLUSTER_READY_TIMEOUT (90 s), CLUSTER_MAP_TIMEOUT (60 s), CLUSTER_STOP_TIMEOUT (30 s),
 # CLUSTER_ALLOCATOR_ARGS / CLUSTER_ROUTER_ARGS (extra flags), CLUSTER_ALLOCATOR_BIN /
 # CLUSTER_ROUTER_BIN (other binaries), RUST_LOG (default info), CLUSTER_DIR (.cluster),

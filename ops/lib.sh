@@ -324,20 +324,30 @@ print_header_usage() {
     awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
 }
 
-# _prometheus_deb_dir: prints a directory holding Debian's `prometheus` package unpacked (its
-# usr/bin has both promtool and the prometheus server), downloading and unpacking it into a cache
-# directory on first use. Nothing is installed and no service is started.
+# The Prometheus package CI unpacks is pinned by version and digest, so a mirror update cannot
+# change what CI runs; a mirror that no longer has this version fails loudly here (update both
+# values together: `apt-cache show prometheus=VERSION | grep SHA256`).
+PROMETHEUS_DEB_VERSION="${PROMETHEUS_DEB_VERSION:-2.42.0+ds-5+deb12u1}"
+PROMETHEUS_DEB_SHA256="${PROMETHEUS_DEB_SHA256:-81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55}"
+
+# _prometheus_deb_dir: prints a directory holding Debian's `prometheus` package
+# ($PROMETHEUS_DEB_VERSION, checked against $PROMETHEUS_DEB_SHA256) unpacked (its usr/bin has
+# both promtool and the prometheus server), downloading and unpacking it into a cache directory
+# on first use. Nothing is installed and no service is started.
 _prometheus_deb_dir() {
-    local cache="${XDG_CACHE_HOME:-$HOME/.cache}/allocator-ops/prometheus"
+    local cache="${XDG_CACHE_HOME:-$HOME/.cache}/allocator-ops/prometheus-$PROMETHEUS_DEB_VERSION"
     if [[ ! -x "$cache/usr/bin/promtool" || ! -x "$cache/usr/bin/prometheus" ]]; then
         [[ -z "${OPS_NO_INSTALL:-}" ]] || { err "Prometheus tools missing and OPS_NO_INSTALL is set"; return 1; }
         command -v apt-get >/dev/null 2>&1 || { err "Prometheus tools missing and no apt-get to fetch them"; return 1; }
-        local tmp
+        local tmp want="prometheus=$PROMETHEUS_DEB_VERSION"
         tmp="$(mktemp -d)"
-        if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+        if ! (cd "$tmp" && apt-get download "$want" >/dev/null 2>&1); then
             apt-get update -qq >/dev/null 2>&1 || true
-            (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) || { rm -rf "$tmp"; err "could not download Debian's prometheus package"; return 1; }
+            (cd "$tmp" && apt-get download "$want" >/dev/null 2>&1) || { rm -rf "$tmp"; err "could not download Debian's $want (pinned in ops/lib.sh)"; return 1; }
         fi
+        local got
+        got="$(sha256sum "$tmp"/prometheus_*.deb | cut -d' ' -f1)"
+        [[ "$got" == "$PROMETHEUS_DEB_SHA256" ]] || { rm -rf "$tmp"; err "$want has SHA-256 $got, expected $PROMETHEUS_DEB_SHA256"; return 1; }
         mkdir -p "$cache"
         dpkg -x "$tmp"/prometheus_*.deb "$cache" || { rm -rf "$tmp"; return 1; }
         rm -rf "$tmp"

@@ -94,6 +94,47 @@ pg_up_system() {
     DATABASE_URL="postgres://$SYS_PG_USER@$SYS_PG_HOST:$SYS_PG_PORT/$DB_NAME"
 }
 
+# Server options of a private instance (primary and standby alike: a standby refuses to start with
+# a lower max_connections than its primary). A throwaway demo/test instance skips durability;
+# CLUSTER_PG_DURABLE=1 keeps PostgreSQL's defaults (fsync, synchronous commit), e.g. to benchmark
+# what batching saves per commit. A synchronous standby needs synchronous_commit=on.
+private_pg_opts() {
+    local opts="-c listen_addresses=127.0.0.1 -c max_connections=200"
+    if [[ -z "${CLUSTER_PG_DURABLE:-}" ]]; then
+        opts+=" -c fsync=off -c full_page_writes=off"
+        [[ "${CLUSTER_PG_STANDBY:-}" == sync ]] || opts+=" -c synchronous_commit=off"
+    fi
+    # Extra server settings, e.g. shared_preload_libraries=pg_stat_statements for a benchmark.
+    opts+="${CLUSTER_PG_OPTIONS:+ $CLUSTER_PG_OPTIONS}"
+    printf '%s\n' "$opts"
+}
+
+# CLUSTER_PG_STANDBY=sync|async: a streaming standby of the private instance (pg_basebackup -R),
+# synchronous or not; DATABASE_URL then names both servers, primary first.
+pg_up_standby() {
+    local base data logf primary port
+    base="$(state_get pg.base)"
+    primary="$(state_get pg.port)"
+    data="$base/standby"
+    logf="$base/standby.log"
+    info "PostgreSQL: ${CLUSTER_PG_STANDBY} standby of 127.0.0.1:$primary in $data"
+    quiet as_pg_user "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$primary" -U postgres -D "$data" \
+        -R -X stream -c fast 8>&- 9>&- || die "pg_basebackup for the standby failed"
+    port="$(free_port)"
+    quiet as_pg_user "$PG_BIN/pg_ctl" -D "$data" -l "$logf" -w -t 60 \
+        -o "-p $port -k $base $(private_pg_opts)" start 8>&- 9>&- \
+        || die "the standby did not start (log: $logf)"
+    state_set pg.standby_port "$port"
+    if [[ "$CLUSTER_PG_STANDBY" == sync ]]; then
+        local sql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$primary" -U postgres -d postgres -c)
+        "${sql[@]}" "ALTER SYSTEM SET synchronous_standby_names = '*'" >/dev/null \
+            && "${sql[@]}" "SELECT pg_reload_conf()" >/dev/null \
+            || die "could not make the standby synchronous"
+    fi
+    ok "PostgreSQL: ${CLUSTER_PG_STANDBY} standby on 127.0.0.1:$port (log $logf)"
+    DATABASE_URL="postgres://postgres@127.0.0.1:$primary,127.0.0.1:$port/$DB_NAME?target_session_attrs=read-write"
+}
+
 pg_up_private() {
     local base data logf port attempt
     base="$(private_pg_base)"
@@ -125,14 +166,8 @@ pg_up_private() {
     quiet as_pg_user "$PG_BIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C -N \
         || die "initdb failed"
 
-    # A throwaway demo/test instance skips durability; CLUSTER_PG_DURABLE=1 keeps PostgreSQL's
-    # defaults (fsync, synchronous commit), e.g. to benchmark what batching saves per commit.
-    local pg_opts="-c listen_addresses=127.0.0.1 -c max_connections=200"
-    if [[ -z "${CLUSTER_PG_DURABLE:-}" ]]; then
-        pg_opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    fi
-    # Extra server settings, e.g. shared_preload_libraries=pg_stat_statements for a benchmark.
-    pg_opts+="${CLUSTER_PG_OPTIONS:+ $CLUSTER_PG_OPTIONS}"
+    local pg_opts
+    pg_opts="$(private_pg_opts)"
     for attempt in 1 2 3; do
         port="${CLUSTER_PG_PORT:-$(free_port)}"
         # 8>&- 9>&-: the server must not inherit (and so hold forever) the ops/ lock files.
@@ -159,6 +194,11 @@ pg_down() {
     if [[ "$mode" == private ]]; then
         base="$(state_get pg.base)"
         bin="$(state_get pg.bin)"
+        if [[ -n "$base" && -f "$base/standby/postmaster.pid" ]]; then
+            info "PostgreSQL: stopping the standby"
+            quiet as_pg_user "$bin/pg_ctl" -D "$base/standby" -m fast -w -t 60 stop \
+                || warn "pg_ctl stop of the standby failed (data $base/standby)"
+        fi
         if [[ -n "$base" && -f "$base/data/postmaster.pid" ]]; then
             info "PostgreSQL: stopping the private instance ($base)"
             quiet as_pg_user "$bin/pg_ctl" -D "$base/data" -m fast -w -t 60 stop \
@@ -275,9 +315,15 @@ cmd_up() {
     _PRE_CLEAN=1 cmd_down_quiet
 
     DATABASE_URL="" REDIS_URL=""
+    case "${CLUSTER_PG_STANDBY:-}" in
+        "") ;;
+        sync | async) want_private_pg || die "CLUSTER_PG_STANDBY needs a private PostgreSQL (CLUSTER_PRIVATE=1)" ;;
+        *) die "CLUSTER_PG_STANDBY must be sync or async, got '$CLUSTER_PG_STANDBY'" ;;
+    esac
     if want_private_pg; then
         info "PostgreSQL: private instance requested (CLUSTER_PRIVATE/CLUSTER_PRIVATE_PG)"
         pg_up_private
+        [[ -z "${CLUSTER_PG_STANDBY:-}" ]] || pg_up_standby
     elif ! pg_up_system; then
         info "PostgreSQL: nothing usable on $SYS_PG_HOST:$SYS_PG_PORT; starting a private instance"
         pg_up_private

@@ -15,6 +15,9 @@
 #   ops/test.sh --fuzz          after the tests: schemathesis against a live router and allocator
 #                               with tokens, 60 s each (ops/fuzz.sh; FUZZ_MAX_TIME); .ci/run
 #                               enables it.
+#   ops/test.sh --restore-drill after the tests: the backup and point-in-time restore drill on a
+#                               small private cluster (ops/restore.sh --drill, about a minute);
+#                               .ci/run enables it.
 #
 # The test run includes a few seconds of the load tool (loadtest/tests/smoke.rs: closed loop with
 # orders and expiring holds, then open loop at 40/s, against a real allocator and router on the
@@ -37,6 +40,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 lint=0
 chaos=0
 fuzz=0
+restore_drill=0
 [[ "${CI:-}" == true || "${CI:-}" == 1 ]] && lint=1
 cargo_args=()
 for arg in "$@"; do
@@ -45,6 +49,7 @@ for arg in "$@"; do
         --no-lint) lint=0 ;;
         --chaos) chaos=1 ;;
         --fuzz) fuzz=1 ;;
+        --restore-drill) restore_drill=1 ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         *) cargo_args+=("$arg") ;;
     esac
@@ -172,6 +177,10 @@ if ((chaos)); then
     # build went unnoticed, 2 that the run itself failed.
     # shellcheck disable=SC2016 # expanded by the inner shell
     run chaos-negative-control bash -c 'rc=0; ops/chaos.sh --negative-control --seed "$1" --duration 40 || rc=$?; ((rc == 1))' _ "${CHAOS_NC_SEED:-2}"
+fi
+
+if ((restore_drill)); then
+    run restore-drill ops/restore.sh --drill
 fi
 
 if ((fuzz)); then

@@ -13,13 +13,14 @@ use crate::api::{self, AppState};
 use crate::clock::SystemClock;
 use crate::commit::{CommitSettings, Committer};
 use crate::config::AllocatorConfig;
-use crate::db::{build_pool, PoolSettings};
+use crate::db::{build_fenced_pool, PoolSettings};
 use crate::hints::HintPublisher;
 use crate::lease::state::LeaseTiming;
 use crate::replica::manager::{LeaseManager, ManagerSettings};
 use crate::replica::ownership::Ownership;
 use crate::settlement::{self, SettlementSettings};
 use crate::worker::WorkerContext;
+use storage::StorageFence;
 
 pub struct Application {
     port: u16,
@@ -31,6 +32,7 @@ pub struct Application {
     hint_task: Option<JoinHandle<()>>,
     metrics_task: JoinHandle<()>,
     reload_task: JoinHandle<()>,
+    fence_task: JoinHandle<()>,
     ownership: Arc<Ownership>,
 }
 
@@ -67,11 +69,16 @@ impl Application {
             lock_timeout: config.lock_timeout,
             application_name: format!("allocator:{}", config.replica_id),
         };
-        let pool = build_pool(&config.database_url, &pool_settings)?;
+        // Before any pool connects: read every configured host, so that the first connection
+        // already knows the newest primary (DESIGN.md §13).
+        let fence: std::sync::Arc<StorageFence> =
+            crate::db::fence(&config.database_url, &pool_settings.application_name)?;
+        fence.probe_all().await;
+        let pool = build_fenced_pool(&fence, &pool_settings)?;
         // Lease statements must never wait long for a lock held by a paused peer's transaction:
         // a short lock timeout turns that wait into a failed (retried) campaign step.
-        let lease_pool = build_pool(
-            &config.database_url,
+        let lease_pool = build_fenced_pool(
+            &fence,
             &PoolSettings {
                 size: 4,
                 wait: timing.renew_interval / 2,
@@ -147,8 +154,8 @@ impl Application {
                 campaign_interval: config.campaign_interval,
                 timing,
             },
-            build_pool(
-                &config.database_url,
+            build_fenced_pool(
+                &fence,
                 &PoolSettings {
                     size: 2,
                     wait: timing.renew_interval / 2,
@@ -161,6 +168,7 @@ impl Application {
             shutdown.clone(),
         );
 
+        let fence_task = fence.spawn_prober(shutdown.clone().cancelled_owned());
         let reload_task = access::spawn_sighup_reloader(access.clone(), None, shutdown.clone())?;
         let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
             metrics.clone(),
@@ -200,6 +208,7 @@ impl Application {
             hint_task,
             metrics_task,
             reload_task,
+            fence_task,
             ownership,
         })
     }
@@ -235,6 +244,7 @@ impl Application {
         let _ = server.await;
         let _ = self.metrics_task.await;
         let _ = self.reload_task.await;
+        let _ = self.fence_task.await;
         tracing::info!("allocator replica stopped");
         Ok(())
     }

@@ -336,6 +336,7 @@ impl AllocatorConfig {
         let positive = [
             (LEASE_TTL, self.lease_ttl),
             (RENEW_INTERVAL, self.renew_interval),
+            (LEASE_MARGIN, self.lease_margin),
             (CAMPAIGN_INTERVAL, self.campaign_interval),
             (POOL_WAIT, self.pool_wait),
             (STATEMENT_TIMEOUT, self.statement_timeout),

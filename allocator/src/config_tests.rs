@@ -66,6 +66,9 @@ fn zero_durations_are_refused() {
         ("--lock-timeout-ms", "ALLOCATOR_LOCK_TIMEOUT_MS"),
         ("--request-timeout-ms", "ALLOCATOR_REQUEST_TIMEOUT_MS"),
         ("--expiry-interval-ms", "ALLOCATOR_EXPIRY_INTERVAL_MS"),
+        // A zero margin would let the local deadline coincide with the lease's expiry by the
+        // database clock, with nothing left for drift, scheduling or a pause.
+        ("--lease-margin-ms", "ALLOCATOR_LEASE_MARGIN_MS"),
     ] {
         let err = refused(&[flag, "0"]);
         assert!(err.contains(flag) && err.contains(env), "{flag}: {err}");

@@ -1,13 +1,20 @@
-//! Connection pools with explicit sizes, timeouts and server-side limits.
+//! Connection pools with explicit sizes, timeouts and server-side limits, every one behind the
+//! storage fence.
 //!
 //! deadpool's timeouts default to "wait forever" and only work with a runtime set, so both are
 //! always configured here. Every connection also carries server-side timeouts: a SIGSTOPped
 //! replica keeps its locks until PostgreSQL drops its session, and `idle_in_transaction_session_timeout`
 //! is what bounds that.
+//!
+//! The database URL may name several hosts (a primary and its standbys). Which of them a
+//! connection goes to is decided by the one [`StorageFence`] of the process (the `storage`
+//! crate, DESIGN.md §13): only the newest primary it knows of, never a revived old one.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
+use storage::{FenceSettings, PoolLimits, StorageFence};
 use tokio_postgres::NoTls;
 
 #[derive(Debug, Clone)]
@@ -21,8 +28,37 @@ pub struct PoolSettings {
     pub application_name: String,
 }
 
+/// How often the fence reads every configured host; a promotion is learnt within this even
+/// while no connection is made.
+pub const FENCE_PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The process's storage fence for `database_url`. An allocator stamps a new generation on a
+/// primary it finds promoted.
+pub fn fence(database_url: &str, application_name: &str) -> anyhow::Result<Arc<StorageFence>> {
+    StorageFence::new(
+        database_url,
+        FenceSettings {
+            metrics: crate::metrics::STORAGE_METRICS,
+            probe_interval: FENCE_PROBE_INTERVAL,
+            probe_timeout: Duration::from_secs(3),
+            stamp: true,
+            application_name: format!("{application_name}:fence"),
+        },
+    )
+}
+
+/// A pool behind a fence of its own (no prober): for tools and tests with one pool. A replica
+/// shares one fence between its pools ([`build_fenced_pool`]).
 pub fn build_pool(database_url: &str, settings: &PoolSettings) -> anyhow::Result<Pool> {
-    let mut pg: tokio_postgres::Config = database_url.parse()?;
+    build_fenced_pool(&fence(database_url, &settings.application_name)?, settings)
+}
+
+/// A pool whose connections `fence` judges.
+pub fn build_fenced_pool(
+    fence: &Arc<StorageFence>,
+    settings: &PoolSettings,
+) -> anyhow::Result<Pool> {
+    let mut pg = fence.config().clone();
     pg.application_name(&settings.application_name);
     pg.connect_timeout(Duration::from_secs(3));
     pg.keepalives(true);
@@ -33,32 +69,22 @@ pub fn build_pool(database_url: &str, settings: &PoolSettings) -> anyhow::Result
         settings.idle_in_transaction_timeout.as_millis(),
         settings.lock_timeout.as_millis()
     ));
-    let manager = Manager::from_config(
+    storage::build_pool(
+        fence,
         pg,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
+        &PoolLimits {
+            size: settings.size,
+            wait: settings.wait,
+            create: Duration::from_secs(3),
+            recycle: Duration::from_secs(1),
         },
-    );
-    let pool = Pool::builder(manager)
-        .max_size(settings.size)
-        .wait_timeout(Some(settings.wait))
-        .create_timeout(Some(Duration::from_secs(3)))
-        .recycle_timeout(Some(Duration::from_secs(1)))
-        .runtime(Runtime::Tokio1)
-        .build()?;
-    Ok(pool)
+    )
 }
 
-/// Connect once, outside any pool (for `migrate`).
+/// Connect once, outside any pool (for `migrate`), to the newest primary among the URL's hosts.
 pub async fn connect(database_url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(database_url, NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::warn!(%error, "migration connection closed");
-        }
-    });
-    Ok(client)
+    let fence = fence(database_url, "allocator:migrate")?;
+    storage::connect(&fence, fence.config()).await
 }
 
 /// A `LISTEN` session on one notification channel, outside any pool: it must stay connected

@@ -65,6 +65,36 @@ pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     auth_clients: AUTH_CLIENTS,
 };
 
+// Storage fence (DESIGN.md §13), recorded by the `storage` crate under these names.
+/// Connection attempts that reached a server the fence refused, by `cause`: `behind` (an old
+/// primary superseded by a promotion), `foreign` (another cluster, e.g. a restored copy),
+/// `not_serving` (a copy being restored).
+pub const STORAGE_REFUSALS: &str = "allocator_storage_refusals_total";
+/// Connection attempts that reached a read-only server (a standby) while looking for the primary.
+pub const STORAGE_READ_ONLY_CONNECTS: &str = "allocator_storage_read_only_connects_total";
+/// Configured servers that accept writes but are behind the newest primary: a revived old
+/// primary. Above 0 the HA manager failed to fence it.
+pub const STORAGE_STALE_WRITABLE_SERVERS: &str = "allocator_storage_stale_writable_servers";
+/// The newest WAL timeline and generation this process knows.
+pub const STORAGE_TIMELINE: &str = "allocator_storage_timeline";
+pub const STORAGE_GENERATION: &str = "allocator_storage_generation";
+/// The primary's largest standby replay lag, seconds (`pg_stat_replication.replay_lag`).
+pub const STORAGE_REPLICATION_LAG: &str = "allocator_storage_replication_lag_seconds";
+/// The primary's synchronous standbys; 0 means an acknowledged commit may exist on the primary
+/// alone.
+pub const STORAGE_SYNC_STANDBYS: &str = "allocator_storage_sync_standbys";
+
+/// The names [`storage::StorageFence`] records under.
+pub const STORAGE_METRICS: storage::MetricNames = storage::MetricNames {
+    refusals: STORAGE_REFUSALS,
+    read_only_connects: STORAGE_READ_ONLY_CONNECTS,
+    stale_writable_servers: STORAGE_STALE_WRITABLE_SERVERS,
+    timeline: STORAGE_TIMELINE,
+    generation: STORAGE_GENERATION,
+    replication_lag: STORAGE_REPLICATION_LAG,
+    sync_standbys: STORAGE_SYNC_STANDBYS,
+};
+
 /// Seconds a partition had no live owner before it was acquired (database clock): after a planned
 /// hand-off milliseconds, after a crash about one lease TTL.
 pub const LEASE_VACANCY: &str = "allocator_lease_vacancy_seconds";

@@ -23,12 +23,10 @@ where
         .get(HEADER_REQUEST_ID)
         .and_then(|value| RequestId::parse(value.as_bytes()))
         .unwrap_or_else(|| RequestId::from_random(rand::random()));
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        method = %request.method(),
-        path = %request.path()
-    );
+    // The id only: the span's fields are formatted (as JSON) when it is created, for every
+    // request, logged or not; what a request's log lines need besides the id they carry
+    // themselves (a refusal logs method and path).
+    let span = tracing::info_span!("request", request_id = %id);
     let response = service.call(request).instrument(span);
     async move {
         let mut response = response.await?;

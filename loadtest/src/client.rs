@@ -1,5 +1,11 @@
-//! The HTTP side: one `reqwest::Client` for the whole process, and the retry rule every operation
-//! follows.
+//! The HTTP side: one pooled HTTP/1.1 client for the whole process, and the retry rule every
+//! operation follows.
+//!
+//! The client is hyper-util's, used directly: the load generator must cost little per request so
+//! that a benchmark measures the service, and a general-purpose client (reqwest) parses every URL
+//! with a WHATWG parser and clones every request's headers for redirects and retries this tool
+//! does not want. Requests are built as `http::Request`s from a base URI checked once, with the
+//! body shared; redirects are never followed and only the rule below retries.
 //!
 //! Retry rule (DESIGN.md §1, §9): an ambiguous or "try again" answer — `503` (no confirmed owner;
 //! `Retry-After`), `421` (allocator: not the owner), `502`/`504` (router gave up upstream), a
@@ -9,8 +15,13 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rand::Rng;
-use reqwest::{Client, Method};
 use serde::Serialize;
 
 use crate::stats::OpTrace;
@@ -69,25 +80,23 @@ pub fn retryable_status(status: u16) -> bool {
 }
 
 /// Transport failure → attempt/retry label.
-fn transport_cause(error: &reqwest::Error) -> &'static str {
-    if error.is_timeout() {
-        "timeout"
-    } else if error.is_connect() {
+fn transport_cause(error: &hyper_util::client::legacy::Error) -> &'static str {
+    if error.is_connect() {
         "connect"
     } else {
-        // Reset or closed mid-request/response, body read failure, ...
+        // Reset or closed mid-request/response, ...
         "io"
     }
 }
 
-fn parse_retry_after(value: Option<&reqwest::header::HeaderValue>) -> Option<Duration> {
+fn parse_retry_after(value: Option<&HeaderValue>) -> Option<Duration> {
     let secs: f64 = value?.to_str().ok()?.trim().parse().ok()?;
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
 }
 
 #[derive(Clone)]
 pub struct Api {
-    client: Client,
+    client: Client<HttpConnector, Full<Bytes>>,
     base: String,
     pub retry: RetryPolicy,
     request_timeout: Duration,
@@ -101,17 +110,23 @@ impl Api {
         retry: RetryPolicy,
         max_idle: usize,
     ) -> anyhow::Result<Api> {
-        let client = Client::builder()
-            .timeout(request_timeout)
-            .connect_timeout(connect_timeout)
-            .pool_max_idle_per_host(max_idle)
+        let base = base.trim_end_matches('/').to_owned();
+        let uri: http::Uri = format!("{base}/").parse()?;
+        anyhow::ensure!(
+            uri.scheme_str() == Some("http") && uri.authority().is_some(),
+            "{base}: only http://host:port URLs are supported"
+        );
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .no_proxy()
-            .build()?;
+            .pool_max_idle_per_host(max_idle)
+            .build(connector);
         Ok(Api {
             client,
-            base: base.trim_end_matches('/').to_owned(),
+            base,
             retry,
             request_timeout,
         })
@@ -125,59 +140,53 @@ impl Api {
         &self,
         method: &Method,
         path: &str,
-        body: Option<&[u8]>,
+        body: Option<&Bytes>,
         timeout: Duration,
     ) -> (Attempt, String) {
-        let mut request = self
-            .client
-            .request(method.clone(), self.url(path))
-            .timeout(timeout);
-        if let Some(body) = body {
-            request = request
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.to_vec());
+        let mut request = Request::builder()
+            .method(method.clone())
+            .uri(self.url(path));
+        if body.is_some() {
+            request = request.header(http::header::CONTENT_TYPE, "application/json");
         }
-        match request.send().await {
-            Ok(response) => {
-                let status = response.status();
-                let retry_after = parse_retry_after(response.headers().get("retry-after"));
-                match response.bytes().await {
-                    Ok(_) if retryable_status(status.as_u16()) => {
-                        let label = status.as_u16().to_string();
-                        (
-                            Attempt::Retry {
-                                cause: label.clone(),
-                                retry_after,
-                            },
-                            label,
-                        )
-                    }
-                    Ok(body) => (
-                        Attempt::Done(status.as_u16(), body.to_vec()),
-                        status.as_u16().to_string(),
-                    ),
-                    Err(e) => {
-                        let cause = transport_cause(&e).to_owned();
-                        (
-                            Attempt::Retry {
-                                cause: cause.clone(),
-                                retry_after: None,
-                            },
-                            cause,
-                        )
-                    }
-                }
-            }
-            Err(e) => {
-                let cause = transport_cause(&e).to_owned();
+        let request = match request.body(Full::new(body.cloned().unwrap_or_default())) {
+            Ok(request) => request,
+            // The base was checked at start and paths are percent-encoded: a bug if it fails.
+            Err(e) => panic!("request for {path} could not be built: {e}"),
+        };
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| transport_cause(&e))?;
+            let (parts, body) = response.into_parts();
+            let retry_after = parse_retry_after(parts.headers.get("retry-after"));
+            let body = body.collect().await.map_err(|_| "io")?.to_bytes();
+            Ok::<_, &'static str>((parts.status.as_u16(), retry_after, body))
+        };
+        let result = tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err("timeout"));
+        match result {
+            Ok((status, retry_after, _)) if retryable_status(status) => {
+                let label = status.to_string();
                 (
                     Attempt::Retry {
-                        cause: cause.clone(),
-                        retry_after: None,
+                        cause: label.clone(),
+                        retry_after,
                     },
-                    cause,
+                    label,
                 )
             }
+            Ok((status, _, body)) => (Attempt::Done(status, body.to_vec()), status.to_string()),
+            Err(cause) => (
+                Attempt::Retry {
+                    cause: cause.to_owned(),
+                    retry_after: None,
+                },
+                cause.to_owned(),
+            ),
         }
     }
 
@@ -188,7 +197,7 @@ impl Api {
         &self,
         method: Method,
         path: &str,
-        body: Option<&[u8]>,
+        body: Option<Bytes>,
         origin: Option<Instant>,
         trace: &mut OpTrace,
         rng: &mut R,
@@ -202,7 +211,7 @@ impl Api {
             // Each attempt gets the full per-request timeout, but never beyond the deadline
             // (at least 1 ms so that a last attempt is still made).
             let timeout = self.request_timeout.min(left).max(Duration::from_millis(1));
-            let (attempt, label) = self.attempt(&method, path, body, timeout).await;
+            let (attempt, label) = self.attempt(&method, path, body.as_ref(), timeout).await;
             trace.attempts.push((label, now.elapsed()));
             match attempt {
                 Attempt::Done(status, body) => break Final::Answer { status, body },
@@ -230,7 +239,7 @@ impl Api {
         rng: &mut R,
     ) -> Final {
         let bytes = serde_json::to_vec(body).expect("wire types serialise");
-        self.call(Method::POST, path, Some(&bytes), origin, trace, rng)
+        self.call(Method::POST, path, Some(bytes.into()), origin, trace, rng)
             .await
     }
 
@@ -302,9 +311,9 @@ mod tests {
 
     #[test]
     fn parses_retry_after() {
-        let v = reqwest::header::HeaderValue::from_static("1");
+        let v = HeaderValue::from_static("1");
         assert_eq!(parse_retry_after(Some(&v)), Some(Duration::from_secs(1)));
-        let v = reqwest::header::HeaderValue::from_static("soon");
+        let v = HeaderValue::from_static("soon");
         assert_eq!(parse_retry_after(Some(&v)), None);
         assert_eq!(parse_retry_after(None), None);
     }

@@ -200,7 +200,7 @@ async fn reserve<R: Rng + ?Sized>(
 }
 
 /// An all-or-nothing order of `order_lines` lines (router only). Line `i` is the reservation
-/// `{order_id}:{i}`. Returns the held lines.
+/// `order:{order_id}:{i}` ([`schema::wire::order_line_id`]). Returns the held lines.
 async fn order<R: Rng + ?Sized>(
     api: &Api,
     c: &RunConfig,
@@ -229,7 +229,7 @@ async fn order<R: Rng + ?Sized>(
     let outcome = api
         .post_json(&path, &request, origin, &mut trace, rng)
         .await;
-    let line_id = |i: usize| format!("{order_id}:{i}");
+    let line_id = |i: usize| schema::wire::order_line_id(order_id, i);
     let mut held = Vec::new();
     let mut unknown = false;
     let label = match outcome {

@@ -10,6 +10,8 @@
 //! loadtest run   ... --order-ratio 0.2 --order-lines 3         # orders (router target)
 //! loadtest check --target URL --skus 1000 --prefix bench
 //! loadtest partitions --skus 100000 --prefix bench --partitions 16   # sku,partition CSV
+//! loadtest run   ... --cpu-watch postgres=PID --cpu-watch allocator=PID  # CPU µs per operation
+//! loadtest cpu   --watch postgres=PID --out cpu.json -- pgbench ...     # the same around a command
 //! ```
 //!
 //! Exit status: 0 on success, 1 when an invariant fails (run, check) or a SKU could not be
@@ -18,6 +20,7 @@
 mod chart;
 mod check;
 mod client;
+mod cpu;
 mod iteration;
 mod pacer;
 mod progress;
@@ -40,6 +43,11 @@ use crate::client::{Api, RetryPolicy};
 use crate::report::RunConfig;
 use crate::skew::{Skew, SkuPicker};
 
+/// mimalloc instead of glibc's malloc: every request allocates and frees small buffers, and the
+/// load generator's own CPU per request is part of what the benchmark must keep small.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "loadtest",
@@ -49,6 +57,11 @@ use crate::skew::{Skew, SkuPicker};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Threads driving the load. One (the default) keeps every request and its connection on
+    /// one thread, with no wake-up across threads per answer: the cheapest per request, and
+    /// enough for tens of thousands of requests per second.
+    #[arg(long, global = true, env = "LOADTEST_THREADS", default_value_t = 1)]
+    threads: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -57,22 +70,27 @@ enum Command {
     Seed(SeedArgs),
     /// Reserve (or order) → confirm/release workload, closed or open loop; latency report and
     /// invariant checks.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Check I1 (available >= 0, on_hand = available + held + confirmed) on {prefix}-0..N.
     Check(CheckArgs),
     /// Print `sku,partition` for {prefix}-0..N (the allocator's partition function), for
     /// loading SKUs straight into PostgreSQL.
     Partitions(PartitionsArgs),
+    /// Run a command (another load generator) and write its CPU and the CPU of watched process
+    /// trees over its run as JSON.
+    Cpu(cpu::CpuArgs),
 }
 
 #[derive(Debug, Args)]
 struct PartitionsArgs {
-    #[arg(long, default_value_t = 1000)]
+    /// SKUs {prefix}-0..N (the same variable as the other subcommands' `--skus`).
+    #[arg(long, env = "LOADTEST_SKUS", default_value_t = 1000)]
     skus: usize,
-    #[arg(long, default_value = "lt")]
+    /// SKU name prefix (the same variable as the other subcommands' `--prefix`).
+    #[arg(long, env = "LOADTEST_PREFIX", default_value = "lt")]
     prefix: String,
     /// The cluster's partition count (`allocator migrate --partitions`).
-    #[arg(long)]
+    #[arg(long, env = "LOADTEST_PARTITIONS")]
     partitions: u32,
 }
 
@@ -195,6 +213,11 @@ struct RunArgs {
     /// Concurrency of the snapshot, resolution and check reads.
     #[arg(long, env = "LOADTEST_CHECK_CONCURRENCY", default_value_t = 32)]
     check_concurrency: usize,
+    /// Report the CPU of this process tree over the load, per operation: `NAME=PID`
+    /// (repeatable; a PostgreSQL postmaster counts with all its backends). This process's own
+    /// CPU is always reported.
+    #[arg(long = "cpu-watch", env = "LOADTEST_CPU_WATCH", value_delimiter = ',')]
+    cpu_watches: Vec<cpu::Watch>,
 }
 
 #[derive(Debug, Args)]
@@ -385,6 +408,7 @@ async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
         progress_bar: !args.no_progress,
         progress,
         check_concurrency: args.check_concurrency,
+        cpu_watches: args.cpu_watches.clone(),
     })
     .await?;
     common.emit(&report, || report.render_text())?;
@@ -423,10 +447,30 @@ fn cmd_partitions(args: PartitionsArgs) -> anyhow::Result<bool> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let command = match cli.command {
+        // Runs another program and waits for it: no runtime needed.
+        Command::Cpu(args) => {
+            return cpu::cmd_cpu(args).unwrap_or_else(|e| {
+                eprintln!("loadtest: error: {e:#}");
+                ExitCode::from(2)
+            })
+        }
+        other => other,
+    };
+    let runtime = match cli.threads {
+        0 => {
+            eprintln!("loadtest: --threads must be at least 1");
+            return ExitCode::from(2);
+        }
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("loadtest: cannot start the runtime: {e}");
@@ -434,11 +478,12 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Seed(args) => cmd_seed(args).await,
-            Command::Run(args) => cmd_run(args).await,
+            Command::Run(args) => cmd_run(*args).await,
             Command::Check(args) => cmd_check(args).await,
             Command::Partitions(args) => cmd_partitions(args),
+            Command::Cpu(_) => unreachable!("answered above"),
         }
     });
     match result {

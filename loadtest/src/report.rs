@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::check::InvariantReport;
+use crate::cpu::CpuReport;
 use crate::stats::{Latency, OpStats, Pacing, WorkerStats};
 use crate::timeline::TimelineReport;
 
@@ -105,6 +106,9 @@ pub struct Report {
     /// Operations completed per second by outcome class, and per-second latency percentiles
     /// (also drawn as the SVG chart beside `--json-out`).
     pub timeline: TimelineReport,
+    /// CPU of this process and of the `--cpu-watch` trees over the load (not the checks), per
+    /// operation completed.
+    pub cpu: Option<CpuReport>,
 }
 
 impl Report {
@@ -170,6 +174,7 @@ impl Report {
             retries_by_cause: all.retries.clone(),
             invariants,
             timeline,
+            cpu: None,
         }
     }
 
@@ -203,6 +208,9 @@ impl Report {
                 "  pacing     : {} scheduled, {} started, {} started late (> {} ms), {} not started; start lag p50 {:.2} ms p99 {:.2} ms max {:.2} ms (latency counts from the intended start)",
                 p.scheduled, p.started, p.started_late, c.late_ms, p.not_started, lag.p50_ms, lag.p99_ms, lag.max_ms
             );
+        }
+        if let Some(cpu) = &self.cpu {
+            let _ = write!(out, "  {}", cpu.render_text());
         }
         let _ = writeln!(
             out,

@@ -14,6 +14,7 @@ use schema::wire::{Inventory, Reservation, ReservationStatus};
 
 use crate::check::{check_sku, shown_skus, Counts, InvariantReport};
 use crate::client::{Api, Final};
+use crate::cpu::{CpuMeter, Watch};
 use crate::iteration::{iterate, sku_name};
 use crate::pacer::{run_open_loop, OpenLoop};
 use crate::progress::{Progress, ProgressParams};
@@ -147,6 +148,8 @@ pub struct RunParams {
     pub progress: Option<Duration>,
     /// Concurrency of the snapshot / resolution / check reads.
     pub check_concurrency: usize,
+    /// Process trees whose CPU over the load is reported per operation.
+    pub cpu_watches: Vec<Watch>,
 }
 
 /// What the closed-loop workers share.
@@ -256,6 +259,7 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
             }
         })
     };
+    let meter = CpuMeter::start(&p.cpu_watches)?;
     let started = Instant::now();
     let timeline = Timeline::shared(started);
     let progress = Progress::start(ProgressParams {
@@ -303,6 +307,8 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
         }
     };
     let elapsed = started.elapsed();
+    let operations = stats.ops.values().map(|op| op.operations()).sum();
+    let cpu = meter.finish(operations, Some("loadtest"), None);
     progress.finish();
     let series = timeline.lock().expect("timeline lock").report(elapsed);
     let elapsed = elapsed.as_secs_f64();
@@ -403,7 +409,9 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
     inv.skus = shown_skus(checks, 5);
 
     interrupt.abort();
-    Ok(Report::build(p.config, elapsed, &stats, inv, series))
+    let mut report = Report::build(p.config, elapsed, &stats, inv, series);
+    report.cpu = Some(cpu);
+    Ok(report)
 }
 
 #[cfg(test)]

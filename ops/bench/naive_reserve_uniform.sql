@@ -1,6 +1,6 @@
--- Naive fenced reserve, SKU uniform over the 100k rows: the same single UPDATE as
--- naive_reserve_hot.sql.
-\set sku random(1, 100000)
+-- Naive fenced reserve, SKU uniform over the :skus rows (pgbench -D skus=N): the same single
+-- UPDATE as naive_reserve_hot.sql.
+\set sku random(1, :skus)
 UPDATE naive_stock s
    SET available = s.available - 1, held = s.held + 1
   FROM naive_lease l

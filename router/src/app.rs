@@ -1,7 +1,7 @@
 //! Wiring: build every component once, start the background tasks, serve HTTP, stop cleanly.
 //!
 //! [`Application::build`] binds the listener (port 0 in tests; [`Application::port`] tells which
-//! port was bound), creates the database pool, the reqwest client and the assignment cache
+//! port was bound), creates the database pool, the upstream HTTP client and the assignment cache
 //! *outside* actix's per-worker factory so all workers share them, loads the map once
 //! (`startup`), and spawns the background tasks: the periodic poll, the Redis feed and metrics
 //! upkeep.
@@ -31,12 +31,15 @@ use crate::metrics::{self, RefreshCause};
 use crate::orders::store::OrderStore;
 use crate::retry::Backoff;
 use crate::state::AppState;
+use crate::upstream::UpstreamClient;
 use crate::{db, poll, routes};
 
 /// How long in-flight requests may take to finish after shutdown is requested.
 const SHUTDOWN_GRACE_SECONDS: u64 = 10;
 /// Idle upstream connections are closed after this; below the allocator's 5 s keep-alive.
 const UPSTREAM_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+/// Idle upstream connections kept per allocator.
+const UPSTREAM_POOL_MAX_IDLE: usize = 64;
 /// Period of the Prometheus recorder's upkeep (draining histogram buffers).
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -72,9 +75,13 @@ impl Application {
             )?)),
             None => None,
         };
-        let pool = db::build_pool(&config, config.db_pool_size)?;
+        // Every configured host is read before the first map read, so a router that starts
+        // while a revived old primary is reachable again reads the newest one (DESIGN.md §13).
+        let fence = db::fence(&config)?;
+        fence.probe_all().await;
+        let pool = db::build_pool(&fence, &config, config.db_pool_size)?;
         let orders = Arc::new(OrderStore::new(
-            db::build_pool(&config, config.orders_db_pool_size)?,
+            db::build_pool(&fence, &config, config.orders_db_pool_size)?,
             config.db_timeout,
             config.order_lock_wait(),
         ));
@@ -91,18 +98,16 @@ impl Application {
             }
         }
 
-        // One client for all workers: one connection pool, explicit timeouts. Idle connections
-        // are dropped before the allocator's keep-alive (actix's default, 5 s) would close them,
-        // so a request is rarely written into a connection the server is just closing — a reset
-        // there is indistinguishable from a crash and would count as "may have been applied".
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.upstream_connect_timeout)
-            .timeout(config.upstream_request_timeout)
-            .pool_idle_timeout(UPSTREAM_POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(64)
-            .tcp_nodelay(true)
-            .build()
-            .context("building the upstream http client")?;
+        // One client for all workers: one connection pool, explicit timeouts (the per-attempt
+        // one is the forwarder's). Idle connections are dropped before the allocator's
+        // keep-alive (actix's default, 5 s) would close them, so a request is rarely written into
+        // a connection the server is just closing — a reset there is indistinguishable from a
+        // crash and would count as "may have been applied".
+        let http = UpstreamClient::new(
+            config.upstream_connect_timeout,
+            UPSTREAM_POOL_IDLE_TIMEOUT,
+            UPSTREAM_POOL_MAX_IDLE,
+        );
         let forwarder = Arc::new(
             Forwarder::new(
                 http,
@@ -120,11 +125,14 @@ impl Application {
         );
 
         let shutdown = CancellationToken::new();
-        let mut tasks = vec![tokio::spawn(poll::run(
-            cache.clone(),
-            config.poll_interval,
-            shutdown.clone(),
-        ))];
+        let mut tasks = vec![
+            fence.spawn_prober(shutdown.clone().cancelled_owned()),
+            tokio::spawn(poll::run(
+                cache.clone(),
+                config.poll_interval,
+                shutdown.clone(),
+            )),
+        ];
         match &config.redis_url {
             Some(url) => tasks.push(tokio::spawn(feed::run(
                 FeedConfig {

@@ -5,12 +5,12 @@
 //! forever; every wait here is bounded by `db_timeout` (waiting for a pooled connection,
 //! connecting, recycling, and each query as a whole).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use schema::wire::PartitionMap;
-use tokio_postgres::NoTls;
+use storage::{FenceSettings, PoolLimits, StorageFence};
 
 use crate::config::RouterConfig;
 
@@ -25,30 +25,45 @@ pub enum DbError {
     Query(#[from] tokio_postgres::Error),
 }
 
+/// How often the fence reads every configured host.
+pub const FENCE_PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The router's storage fence (DESIGN.md §13): the map is read only from the newest primary
+/// among the URL's hosts, never from a revived old one that still shows the leases it had. The
+/// router only reads, so it never stamps a generation.
+pub fn fence(config: &RouterConfig) -> anyhow::Result<Arc<StorageFence>> {
+    StorageFence::new(
+        &config.database_url,
+        FenceSettings {
+            metrics: crate::metrics::STORAGE_METRICS,
+            probe_interval: FENCE_PROBE_INTERVAL,
+            probe_timeout: config.db_timeout,
+            stamp: false,
+            application_name: "router:fence".to_owned(),
+        },
+    )
+}
+
 /// Builds a pool of `size` connections without connecting; connections are made on first use, so
 /// the router starts even while PostgreSQL is down.
-pub fn build_pool(config: &RouterConfig, size: usize) -> anyhow::Result<Pool> {
-    let mut pg: tokio_postgres::Config = config
-        .database_url
-        .parse()
-        .context("parsing the database url")?;
+pub fn build_pool(
+    fence: &Arc<StorageFence>,
+    config: &RouterConfig,
+    size: usize,
+) -> anyhow::Result<Pool> {
+    let mut pg = fence.config().clone();
     pg.connect_timeout(config.db_timeout);
     pg.application_name("router");
-    let manager = Manager::from_config(
+    storage::build_pool(
+        fence,
         pg,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
+        &PoolLimits {
+            size,
+            wait: config.db_timeout,
+            create: config.db_timeout,
+            recycle: config.db_timeout,
         },
-    );
-    Pool::builder(manager)
-        .max_size(size)
-        .wait_timeout(Some(config.db_timeout))
-        .create_timeout(Some(config.db_timeout))
-        .recycle_timeout(Some(config.db_timeout))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .context("building the database pool")
+    )
 }
 
 /// Read the whole assignment map with [`schema::assignment::read_map`].

@@ -16,8 +16,10 @@
 //! Every request the router forwards is safe to repeat: GETs by nature, POSTs because each
 //! carries an id the allocator deduplicates on. Nothing without an id is ever forwarded.
 //!
-//! The reqwest client is built once per router (in [`crate::app`], not per actix worker) so all
-//! workers share one connection pool, and carries explicit connect and per-attempt timeouts.
+//! The upstream client ([`crate::upstream`]) is built once per router (in [`crate::app`], not per
+//! actix worker) so all workers share one connection pool, with explicit connect and per-attempt
+//! timeouts. An attempt is built straight as an HTTP request: the routing headers from integers,
+//! the body shared rather than copied.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +28,7 @@ use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use schema::wire::{
     Problem, HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_EPOCH, HEADER_EXPECTED_EPOCH,
-    HEADER_REPLAYED, HEADER_REQUEST_ID,
+    HEADER_ORDER_LINE, HEADER_REPLAYED, HEADER_REQUEST_ID,
 };
 use serde::de::DeserializeOwned;
 
@@ -34,6 +36,7 @@ use crate::assignment_cache::{AssignmentCache, Route};
 use crate::error::RouterError;
 use crate::metrics::{self, ForwardOutcome, RefreshCause};
 use crate::retry::{give_up_status, AttemptFailure, Backoff};
+use crate::upstream::{UpstreamClient, UpstreamHttpRequest};
 
 /// Response header naming the allocator replica that answered (for operators and tests).
 pub const HEADER_SERVED_BY: &str = "X-Served-By";
@@ -73,11 +76,13 @@ pub struct UpstreamRequest {
     pub method: Method,
     /// Path and query, percent-encoded, starting with `/`.
     pub path: String,
-    /// JSON body, re-serialised from the validated request.
-    pub body: Option<Vec<u8>>,
+    /// JSON body, re-serialised from the validated request; shared by every attempt.
+    pub body: Option<actix_web::web::Bytes>,
     pub partition: u32,
     /// For logs only.
     pub reservation_id: Option<String>,
+    /// The reserve of an order line: sent with [`HEADER_ORDER_LINE`].
+    pub order_line: bool,
 }
 
 impl UpstreamRequest {
@@ -88,6 +93,7 @@ impl UpstreamRequest {
             body: None,
             partition,
             reservation_id: None,
+            order_line: false,
         }
     }
 
@@ -101,13 +107,20 @@ impl UpstreamRequest {
     pub fn json<T: serde::Serialize>(mut self, body: &T) -> Result<Self, RouterError> {
         self.body = Some(
             serde_json::to_vec(body)
-                .map_err(|e| RouterError::Internal(format!("serialising request: {e}")))?,
+                .map_err(|e| RouterError::Internal(format!("serialising request: {e}")))?
+                .into(),
         );
         Ok(self)
     }
 
     pub fn reservation(mut self, id: &str) -> Self {
         self.reservation_id = Some(id.to_owned());
+        self
+    }
+
+    /// Mark the request as the reserve of an order line.
+    pub fn order_line(mut self) -> Self {
+        self.order_line = true;
         self
     }
 }
@@ -161,7 +174,7 @@ impl UpstreamResponse {
 
 /// Forwards requests; one per router, shared by all workers.
 pub struct Forwarder {
-    http: reqwest::Client,
+    http: UpstreamClient,
     cache: Arc<AssignmentCache>,
     policy: RetryPolicy,
     /// This router's token for the allocators (scope `router`); `None` sends none.
@@ -169,7 +182,7 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    pub fn new(http: reqwest::Client, cache: Arc<AssignmentCache>, policy: RetryPolicy) -> Self {
+    pub fn new(http: UpstreamClient, cache: Arc<AssignmentCache>, policy: RetryPolicy) -> Self {
         Forwarder {
             http,
             cache,
@@ -202,15 +215,18 @@ impl Forwarder {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     let timeout = remaining.min(self.policy.attempt_timeout);
                     match self.attempt(req, route, timeout).await {
-                        // The allocator refused this router's own credential: nothing was
-                        // applied, and it is not the client's token that is wrong, so the
-                        // client must not see the allocator's 401/403 as its own.
+                        // The allocator refused this router's own credential: this attempt
+                        // applied nothing, and it is not the client's token that is wrong, so
+                        // the client must not see the allocator's 401/403 as its own. An
+                        // earlier attempt that may have been applied stays unknown.
                         Ok(resp) if matches!(resp.status, 401 | 403) => {
                             metrics::record_upstream_auth_failure();
-                            metrics::record_forward(
-                                ForwardOutcome::Unavailable,
-                                started.elapsed().as_secs_f64(),
-                            );
+                            let outcome = if maybe_applied {
+                                ForwardOutcome::OutcomeUnknown
+                            } else {
+                                ForwardOutcome::Unavailable
+                            };
+                            metrics::record_forward(outcome, started.elapsed().as_secs_f64());
                             tracing::error!(
                                 partition = req.partition,
                                 owner_id = %route.owner_id,
@@ -220,11 +236,17 @@ impl Forwarder {
                             );
                             return Err(RouterError::Upstream {
                                 status: 503,
-                                outcome_unknown: false,
+                                outcome_unknown: maybe_applied,
                                 partition: Some(req.partition),
-                                detail: "the owner refused this router's credential; nothing \
-                                         was applied"
-                                    .to_owned(),
+                                detail: if maybe_applied {
+                                    "the owner refused this router's credential after an \
+                                     earlier attempt that may have been applied; retry with the \
+                                     same id"
+                                } else {
+                                    "the owner refused this router's credential; nothing was \
+                                     applied"
+                                }
+                                .to_owned(),
                             });
                         }
                         Ok(mut resp) => {
@@ -332,58 +354,33 @@ impl Forwarder {
         route: &Route,
         timeout: Duration,
     ) -> Result<UpstreamResponse, AttemptFailure> {
-        let url = format!("{}{}", route.owner_url, req.path);
-        let method = match req.method {
-            Method::Get => reqwest::Method::GET,
-            Method::Post => reqwest::Method::POST,
-        };
-        let mut builder = self
-            .http
-            .request(method, url)
-            .timeout(timeout)
-            .header(HEADER_ASSIGNMENT_REVISION, route.map_revision.to_string())
-            .header(HEADER_EXPECTED_EPOCH, route.epoch.to_string());
-        if let Some(id) = crate::request_id::current() {
-            builder = builder.header(HEADER_REQUEST_ID, id.as_str());
-        }
-        if let Some(credential) = &self.credential {
-            // Sensitive: kept out of debug output and HTTP/2 header compression tables.
-            if let Ok(mut value) = reqwest::header::HeaderValue::from_str(&credential.header()) {
-                value.set_sensitive(true);
-                builder = builder.header(reqwest::header::AUTHORIZATION, value);
-            }
-        }
-        // The client this router authenticated; an allocator believes it only from a caller
-        // holding the `router` scope.
-        if let Some(client) = access::current_client() {
-            builder = builder.header(HEADER_CLIENT, client);
-        }
-        if let Some(body) = &req.body {
-            builder = builder
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone());
-        }
         let started = Instant::now();
-        let result = async {
-            let resp = builder.send().await?;
-            let status = resp.status().as_u16();
-            let headers = PASSTHROUGH_HEADERS
-                .iter()
-                .filter_map(|name| {
-                    let value = resp.headers().get(*name)?.to_str().ok()?;
-                    Some((name.to_ascii_lowercase(), value.to_owned()))
+        let result = match self.request(req, route) {
+            Ok(request) => {
+                self.http.send(request, timeout).await.map_err(|e| {
+                    AttemptFailure::from_transport_flags(e.is_connect(), e.is_timeout())
                 })
-                .collect();
-            let body = resp.bytes().await?;
-            Ok::<_, reqwest::Error>((status, headers, body))
-        }
-        .await;
+            }
+            // An owner URL the request cannot be built for: as unreachable as a broken
+            // connection, and retried on a refreshed map the same way.
+            Err(e) => {
+                tracing::warn!(partition = route.partition, owner_id = %route.owner_id, owner_url = %route.owner_url, error = %e, "cannot build the upstream request");
+                Err(AttemptFailure::from_transport_flags(false, false))
+            }
+        };
         metrics::record_upstream_latency(started.elapsed().as_secs_f64());
-        let (status, headers, body) = result.map_err(|e| {
-            let failure = AttemptFailure::from_transport(&e);
-            tracing::debug!(partition = route.partition, owner_id = %route.owner_id, error = ?e, failure = ?failure, "upstream transport error");
-            failure
+        let answer = result.inspect_err(|failure| {
+            tracing::debug!(partition = route.partition, owner_id = %route.owner_id, failure = ?failure, "upstream transport error");
         })?;
+        let status = answer.status;
+        let headers = PASSTHROUGH_HEADERS
+            .iter()
+            .filter_map(|name| {
+                let value = answer.headers.get(*name)?.to_str().ok()?;
+                Some((name.to_ascii_lowercase(), value.to_owned()))
+            })
+            .collect();
+        let body = answer.body;
         let problem = || serde_json::from_slice::<Problem>(&body).ok();
         let outcome_unknown = if status == 503 {
             problem().and_then(|p| p.outcome_unknown)
@@ -414,6 +411,51 @@ impl Forwarder {
             route: route.clone(),
             attempts: 1,
         })
+    }
+}
+
+impl Forwarder {
+    /// The HTTP request of one attempt of `req` to `route`'s owner.
+    fn request(
+        &self,
+        req: &UpstreamRequest,
+        route: &Route,
+    ) -> Result<UpstreamHttpRequest, http::Error> {
+        let method = match req.method {
+            Method::Get => http::Method::GET,
+            Method::Post => http::Method::POST,
+        };
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{}", route.owner_url, req.path))
+            .header(HEADER_ASSIGNMENT_REVISION, route.map_revision)
+            .header(HEADER_EXPECTED_EPOCH, route.epoch);
+        if let Some(id) = crate::request_id::current() {
+            builder = builder.header(HEADER_REQUEST_ID, id.as_str());
+        }
+        if let Some(credential) = &self.credential {
+            // Sensitive: kept out of debug output and HTTP/2 header compression tables.
+            if let Ok(mut value) = http::HeaderValue::from_str(&credential.header()) {
+                value.set_sensitive(true);
+                builder = builder.header(http::header::AUTHORIZATION, value);
+            }
+        }
+        // The client this router authenticated; an allocator believes it only from a caller
+        // holding the `router` scope.
+        if let Some(client) = access::current_client() {
+            builder = builder.header(HEADER_CLIENT, client);
+        }
+        if req.order_line {
+            builder = builder.header(HEADER_ORDER_LINE, "true");
+        }
+        let body = match &req.body {
+            Some(body) => {
+                builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+                body.clone()
+            }
+            None => actix_web::web::Bytes::new(),
+        };
+        builder.body(http_body_util::Full::new(body))
     }
 }
 

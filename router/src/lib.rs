@@ -40,6 +40,7 @@ pub mod routes;
 pub mod signals;
 pub mod state;
 pub mod telemetry;
+pub mod upstream;
 
 pub use app::Application;
 pub use config::RouterConfig;

@@ -4,6 +4,12 @@ use clap::Parser;
 use router::config::{Cli, Command};
 use router::{telemetry, Application, RouterConfig};
 
+/// mimalloc instead of glibc's malloc: serving a request allocates and frees many small buffers
+/// (headers, JSON, futures), and a profile under load put glibc's malloc and free at 15-20 % of
+/// the process's CPU.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();

@@ -30,6 +30,11 @@ pub const MAP_REFRESH_FAILURES_TOTAL: &str = "router_map_refresh_failures_total"
 /// Multi-line orders by outcome: `placed`, `replayed`, `failed`, `mismatch`, `unknown`,
 /// `invalid`.
 pub const ORDERS_TOTAL: &str = "router_orders_total";
+/// Order submissions that lost (or could no longer rely on) their order's lock while working,
+/// by `reason`: `closed` (the session ended: killed, restarted, cut), `keepalive` (a keep-alive
+/// failed or timed out), `idle` (none confirmed within the idle timeout). Each stopped sending
+/// and left its order undecided.
+pub const ORDER_LOCKS_LOST_TOTAL: &str = "router_order_locks_lost_total";
 
 /// Requests by `client` (the authenticated caller; `anonymous` with authentication off, `(none)`
 /// when no valid token was shown) and `outcome`: `ok`, `unauthenticated`, `forbidden`,
@@ -48,6 +53,36 @@ pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     client_requests: CLIENT_REQUESTS_TOTAL,
     auth_reloads: AUTH_RELOADS_TOTAL,
     auth_clients: AUTH_CLIENTS,
+};
+
+// Storage fence (DESIGN.md §13), recorded by the `storage` crate under these names.
+/// Connection attempts that reached a server the fence refused, by `cause`: `behind` (an old
+/// primary superseded by a promotion), `foreign` (another cluster, e.g. a restored copy),
+/// `not_serving` (a copy being restored).
+pub const STORAGE_REFUSALS: &str = "router_storage_refusals_total";
+/// Connection attempts that reached a read-only server (a standby) while looking for the primary.
+pub const STORAGE_READ_ONLY_CONNECTS: &str = "router_storage_read_only_connects_total";
+/// Configured servers that accept writes but are behind the newest primary: a revived old
+/// primary. Above 0 the HA manager failed to fence it.
+pub const STORAGE_STALE_WRITABLE_SERVERS: &str = "router_storage_stale_writable_servers";
+/// The newest WAL timeline and generation this process knows.
+pub const STORAGE_TIMELINE: &str = "router_storage_timeline";
+pub const STORAGE_GENERATION: &str = "router_storage_generation";
+/// The primary's largest standby replay lag, seconds (`pg_stat_replication.replay_lag`).
+pub const STORAGE_REPLICATION_LAG: &str = "router_storage_replication_lag_seconds";
+/// The primary's synchronous standbys; 0 means an acknowledged commit may exist on the primary
+/// alone.
+pub const STORAGE_SYNC_STANDBYS: &str = "router_storage_sync_standbys";
+
+/// The names [`storage::StorageFence`] records under.
+pub const STORAGE_METRICS: storage::MetricNames = storage::MetricNames {
+    refusals: STORAGE_REFUSALS,
+    read_only_connects: STORAGE_READ_ONLY_CONNECTS,
+    stale_writable_servers: STORAGE_STALE_WRITABLE_SERVERS,
+    timeline: STORAGE_TIMELINE,
+    generation: STORAGE_GENERATION,
+    replication_lag: STORAGE_REPLICATION_LAG,
+    sync_standbys: STORAGE_SYNC_STANDBYS,
 };
 
 /// Buckets for upstream latency: sub-millisecond local hops up to the 5 s retry deadline.
@@ -174,6 +209,10 @@ fn describe() {
     );
     describe_counter!(ORDERS_TOTAL, "multi-line orders by outcome");
     describe_counter!(
+        ORDER_LOCKS_LOST_TOTAL,
+        "order submissions that lost their order's lock while working, by reason"
+    );
+    describe_counter!(
         CLIENT_REQUESTS_TOTAL,
         "requests by client and access outcome"
     );
@@ -216,6 +255,10 @@ pub fn record_map_refresh_failure(cause: RefreshCause) {
 
 pub fn record_order(outcome: &'static str) {
     counter!(ORDERS_TOTAL, "outcome" => outcome).increment(1);
+}
+
+pub fn record_order_lock_lost(reason: &'static str) {
+    counter!(ORDER_LOCKS_LOST_TOTAL, "reason" => reason).increment(1);
 }
 
 pub fn record_upstream_auth_failure() {

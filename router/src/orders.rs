@@ -11,14 +11,15 @@
 //!    waits for the lock and then replays the stored answer, so two submissions can never
 //!    decide one order differently (one answering "placed" for holds the other released). An
 //!    order id stored with other lines is refused with `422` before anything is reserved.
-//! 1. **Reserve.** Line `i` is reserved under the id `{order_id}:{i}` ([`line_reservation_id`]),
-//!    all lines concurrently, each through the normal retrying forwarder. The id depends only on
-//!    the order id and the line's position, so a retry of the same order reserves the *same* ids
-//!    and gets the stored outcomes back instead of taking stock twice. (The SKU is not part of the
-//!    id: with a 200-byte order id and a 64-byte SKU the id could exceed the 255-byte limit, and
-//!    leaving it out means a line id reused with another payload is refused with `422` instead of
-//!    silently holding something else.) Two lines for the same SKU are fine: they have different
-//!    indexes.
+//! 1. **Reserve.** Line `i` is reserved under the id `order:{order_id}:{i}`
+//!    ([`line_reservation_id`]), all lines concurrently, each through the normal retrying
+//!    forwarder. The id depends only on the order id and the line's position, so a retry of the
+//!    same order reserves the *same* ids and gets the stored outcomes back instead of taking stock
+//!    twice. (The SKU is not part of the id: with a 200-byte order id and a 64-byte SKU the id
+//!    could exceed the 255-byte limit.) Two lines for the same SKU are fine: they have different
+//!    indexes. Ids starting with `order:` are a namespace single reservations cannot use (routers
+//!    and allocators refuse them on `POST /v1/reservations`; an allocator accepts one only from a
+//!    router marking an order line), so no client can occupy a line of someone's order.
 //! 2. **Decide.** If every line is held (newly or by an earlier attempt of this order), the order
 //!    succeeds: `201` with all reservations.
 //! 3. **Compensate.** Otherwise every line that is or may be held — held now, replayed as held,
@@ -30,12 +31,14 @@
 //!    settled (or a release could not be confirmed), the answer is `503 upstream-unavailable`
 //!    with `outcome_unknown: true`: the client retries the order with the same id, the retry's
 //!    reserve of that line gets a definitive answer, and its release then settles it.
-//! 4. **Line ids taken by something else.** If a line is refused with `422` (its id exists with
-//!    another SKU or quantity, e.g. reserved directly under that id), the answer is `422
-//!    idempotency-mismatch`, and only holds *this* request created are released: replayed holds
-//!    are not this order's to undo. Lines whose outcome is unknown are then not released either
-//!    (they may be the other owner's), so they leave the order unsettled (`503`) until a retry
-//!    knows more.
+//! 4. **Line ids taken by something else.** This can only happen to an order an earlier version
+//!    left undecided under the line ids of that version, `{order_id}:{i}` ([`LineIds::Legacy`]),
+//!    which any client could also reserve. If a line is refused with `422` (its id exists with
+//!    another SKU or quantity), the answer is `422 idempotency-mismatch`. Every hold of the order
+//!    is still released — held now or replayed from an earlier attempt: the order's stored
+//!    request matched, so those holds are this order's own — but lines whose outcome is unknown
+//!    are not (their id may be the other client's), so they leave the order unsettled (`503`)
+//!    until a retry knows more.
 //!
 //! **Retries converge.** A decided order (`201`, `409`, `422`) replays its stored answer, with
 //! `Idempotent-Replayed: true` (a placed order replays as `200`). An order answered `503`
@@ -54,8 +57,8 @@
 
 use futures::StreamExt;
 use schema::wire::{
-    limits, validate, OrderRequest, Problem, Quantity, Reservation, ReservationId,
-    ReservationStatus, ReserveRequest, Sku,
+    OrderRequest, Problem, ProblemType, Quantity, Reservation, ReservationId, ReservationStatus,
+    ReserveRequest, Sku,
 };
 use serde::Serialize;
 
@@ -65,38 +68,15 @@ use crate::metrics;
 use schema::path::encode_segment;
 
 mod decide;
+mod lines;
+pub mod lock;
 pub mod store;
 
 pub use decide::{classify_release, classify_reserve, decide};
+pub use lines::{line_reservation_id, validate_order, LineIds, ORDER_ID_MAX_LEN};
 
-/// Longest order id; leaves room for `:{index}` within the 255-byte reservation id limit.
-pub const ORDER_ID_MAX_LEN: usize = 200;
 /// Lines reserved (or released) at the same time.
 const LINE_CONCURRENCY: usize = 16;
-
-/// The reservation id of line `index` of order `order_id`.
-///
-/// Injective: the index is the decimal suffix after the last `:`, so two (order, line) pairs never
-/// share an id.
-pub fn line_reservation_id(order_id: &str, index: usize) -> String {
-    format!("{order_id}:{index}")
-}
-
-/// Check what the order's types cannot: the order id and the number of lines (each line's SKU
-/// and quantity, and the ttl, were parsed with the body). Returns the first problem found.
-pub fn validate_order(order_id: &str, order: &OrderRequest) -> Result<(), String> {
-    validate::id("order_id", order_id)?;
-    if order_id.len() > ORDER_ID_MAX_LEN {
-        return Err(format!("order_id must be at most {ORDER_ID_MAX_LEN} bytes"));
-    }
-    if order.lines.is_empty() || order.lines.len() > limits::ORDER_LINES_MAX {
-        return Err(format!(
-            "an order must have 1..={} lines",
-            limits::ORDER_LINES_MAX
-        ));
-    }
-    Ok(())
-}
 
 /// What the reserve step did to one line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -170,15 +150,17 @@ impl LineReport {
     /// an earlier attempt of the order. Refused and inactive lines hold nothing under this id;
     /// confirmed lines cannot be released.
     ///
-    /// When the order id was reused with another payload (`mismatch`), only holds this request
-    /// created are released: replayed holds belong to the order as first placed, which this
-    /// request must not undo.
+    /// A replayed hold is this order's own even when another line collided (`mismatch`): the
+    /// order's stored request matched before anything was reserved, so the hold was made by an
+    /// earlier attempt of this very order. Only a line whose reserve got no definitive answer is
+    /// left alone after a collision: its id may be someone else's (possible only for line ids of
+    /// the form used before order lines had their own namespace), and the order stays undecided
+    /// until a retry knows more.
     pub fn needs_release(&self, mismatch: bool) -> bool {
         match self.outcome {
             LineOutcome::Held => true,
-            _ if mismatch => false,
-            LineOutcome::Unknown | LineOutcome::Unavailable => true,
             LineOutcome::Replayed => self.status != Some(ReservationStatus::Confirmed),
+            LineOutcome::Unknown | LineOutcome::Unavailable => !mismatch,
             LineOutcome::Inactive | LineOutcome::Refused => false,
         }
     }
@@ -197,7 +179,9 @@ impl LineReport {
     /// The allocator refused the line because its id exists with another payload.
     pub fn is_mismatch(&self) -> bool {
         self.outcome == LineOutcome::Refused
-            && self.problem.as_ref().is_some_and(|p| p.status == 422)
+            && self.problem.as_ref().is_some_and(|p| {
+                p.status == 422 && p.kind == ProblemType::IdempotencyMismatch.uri()
+            })
     }
 }
 
@@ -246,15 +230,20 @@ impl OrderResult {
 /// Place an order: reserve every line, then succeed or compensate. `partition_of` maps a SKU to
 /// its partition (the shared hash with the cluster's partition count).
 ///
-/// `may_compensate` is asked once, before any release is sent: it confirms that this submission
-/// still holds the order's lock. If it no longer does, another submission may have decided the
-/// order meanwhile (possibly placed it), so releasing would undo someone else's answer; the
-/// order is then reported as not decided (`503`, `outcome_unknown`) without releasing anything.
+/// Every request is sent under `tenure` ([`lock::Tenure::run`]): once the submission may no
+/// longer hold the order's lock, nothing more is sent (a line not yet settled then leaves the
+/// order undecided). `may_compensate` is asked once more, before any release is sent: it
+/// confirms with the database that this submission still holds the lock. If it no longer does,
+/// another submission may have decided the order meanwhile (possibly placed it), so releasing
+/// would undo someone else's answer; the order is then reported as not decided (`503`,
+/// `outcome_unknown`) without releasing anything.
 pub async fn place<F, Fut>(
     forwarder: &Forwarder,
     order_id: &str,
     order: &OrderRequest,
+    ids: LineIds,
     partition_of: impl Fn(&str) -> u32,
+    tenure: &lock::Tenure,
     may_compensate: F,
 ) -> OrderResult
 where
@@ -269,7 +258,7 @@ where
             index,
             sku: line.sku.clone(),
             quantity: line.quantity,
-            reservation_id: line_reservation_id(order_id, index),
+            reservation_id: ids.id(order_id, index),
             outcome: LineOutcome::Unknown,
             status: None,
             problem: None,
@@ -295,10 +284,13 @@ where
             async move {
                 let request = request
                     .map_err(|e| RouterError::Internal(format!("line reservation id: {e}")))?;
-                let req = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
+                let mut req = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
                     .reservation(&request.reservation_id)
                     .json(&request)?;
-                forwarder.forward(&req).await
+                if ids == LineIds::Namespaced {
+                    req = req.order_line();
+                }
+                under(tenure, forwarder.forward(&req)).await
             }
         }))
         .buffered(LINE_CONCURRENCY)
@@ -308,7 +300,11 @@ where
         classify_reserve(line, answer.as_ref());
     }
 
-    if !lines.iter().all(LineReport::is_secured) && !may_compensate().await {
+    let placed = lines.iter().all(LineReport::is_secured);
+    // Before releasing anything: is the lock still ours (as far as the keeper knows, and then
+    // confirmed with the database)?
+    let still_held = || async { tenure.held() && may_compensate().await };
+    if !placed && !still_held().await {
         tracing::warn!(
             order_id,
             "order lock lost before compensation; leaving the order undecided"
@@ -316,7 +312,7 @@ where
         for line in lines.iter_mut().filter(|l| l.needs_release(false)) {
             line.compensation = Some(Compensation::Failed);
         }
-    } else if !lines.iter().all(LineReport::is_secured) {
+    } else if !placed {
         // Compensation phase.
         let mismatch = lines.iter().any(LineReport::is_mismatch);
         let to_release: Vec<usize> = lines
@@ -335,7 +331,7 @@ where
                         partition,
                     )
                     .reservation(&id);
-                    let answer = forwarder.forward(&req).await;
+                    let answer = under(tenure, forwarder.forward(&req)).await;
                     (index, classify_release(reserved, answer.as_ref()))
                 }
             }))
@@ -373,66 +369,21 @@ where
     result
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use schema::wire::OrderLine;
-
-    #[test]
-    fn line_ids_are_deterministic_and_distinct() {
-        assert_eq!(line_reservation_id("order-7", 0), "order-7:0");
-        assert_eq!(line_reservation_id("order-7", 12), "order-7:12");
-        assert_eq!(
-            line_reservation_id("order-7", 3),
-            line_reservation_id("order-7", 3)
-        );
-        // Injective even when order ids themselves contain ':' and digits.
-        let mut seen = std::collections::HashSet::new();
-        for order in ["a", "a:1", "a:10", "a:1:0", "1"] {
-            for i in 0..limits::ORDER_LINES_MAX {
-                assert!(
-                    seen.insert(line_reservation_id(order, i)),
-                    "{order}/{i} collides"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn longest_line_id_fits_the_reservation_id_limit() {
-        let order_id = "x".repeat(ORDER_ID_MAX_LEN);
-        let id = line_reservation_id(&order_id, limits::ORDER_LINES_MAX - 1);
-        assert!(validate::id("reservation_id", &id).is_ok(), "{}", id.len());
-    }
-
-    #[test]
-    fn validates_order_bounds() {
-        let line = |sku: &str, quantity: i64| OrderLine {
-            sku: Sku::try_from(sku).unwrap(),
-            quantity: Quantity::try_from(quantity).unwrap(),
-        };
-        let order = |lines| OrderRequest {
-            lines,
-            ttl_seconds: None,
-        };
-        assert!(validate_order("o", &order(vec![line("a", 1), line("a", 2)])).is_ok());
-        assert!(validate_order("o", &order(vec![])).is_err());
-        assert!(
-            validate_order("o", &order(vec![line("a", 1); limits::ORDER_LINES_MAX + 1])).is_err()
-        );
-        assert!(validate_order("o", &order(vec![line("a", 1); limits::ORDER_LINES_MAX])).is_ok());
-        assert!(validate_order(&"o".repeat(201), &order(vec![line("a", 1)])).is_err());
-        assert!(validate_order(&"o".repeat(200), &order(vec![line("a", 1)])).is_ok());
-        assert!(validate_order("", &order(vec![line("a", 1)])).is_err());
-        // A bad SKU, quantity or ttl cannot get this far: the body is refused as it is parsed.
-        let body = r#"{"lines":[{"sku":"a","quantity":1},{"sku":"bad sku","quantity":1}]}"#;
-        let err = serde_json::from_str::<OrderRequest>(body)
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("lines[1]: sku"), "{err}");
-        let body = r#"{"lines":[{"sku":"a","quantity":0}]}"#;
-        assert!(serde_json::from_str::<OrderRequest>(body).is_err());
-        let body = r#"{"lines":[{"sku":"a","quantity":1}],"ttl_seconds":0}"#;
-        assert!(serde_json::from_str::<OrderRequest>(body).is_err());
-    }
+/// A forward sent under `tenure`: when the tenure is lost first, an error that says whether the
+/// request may have gone out (it was started) or not (it never was).
+async fn under(
+    tenure: &lock::Tenure,
+    forward: impl std::future::Future<Output = Result<UpstreamResponse, RouterError>>,
+) -> Result<UpstreamResponse, RouterError> {
+    let started = tenure.held();
+    tenure.run(forward).await.unwrap_or_else(|| {
+        Err(RouterError::Upstream {
+            status: 503,
+            outcome_unknown: started,
+            partition: None,
+            detail: "this submission lost the order's lock; it sends nothing more, retry the \
+                     order with the same order id"
+                .to_owned(),
+        })
+    })
 }

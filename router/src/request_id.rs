@@ -53,12 +53,10 @@ where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
 {
     let id = of(&request);
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        method = %request.method(),
-        path = %request.path()
-    );
+    // The id only: the span's fields are formatted (as JSON) when it is created, for every
+    // request, logged or not; what a request's log lines need besides the id they carry
+    // themselves (a refusal logs method and path).
+    let span = tracing::info_span!("request", request_id = %id);
     let response = CURRENT.scope(id.clone(), service.call(request).instrument(span));
     async move {
         let mut response = response.await?;

@@ -166,15 +166,17 @@ pub const ACCESS: &[(Route, Access)] = &[
     (METRICS, Access::Open),
     (OPENAPI, Access::Open),
     (DOCS, Access::Open),
-    // The operations page polls this without a credential; it shows what `/metrics` already
-    // does (owners, epochs, replicas, traffic), so it is open like the scrape.
-    (CLUSTER_OVERVIEW, Access::Open),
+    // The overview names every owner's and replica's URL and the settlement totals, which
+    // `PARTITIONS` and `SETTLEMENT_STATUS` guard with `reserve`: the same scope here. The page
+    // that draws it is open (it holds no data) and asks for a token.
+    (CLUSTER_OVERVIEW, Access::Requires(Scope::Reserve)),
     (UI, Access::Open),
 ];
 
 /// Paths answered without a credential, whatever the method: liveness and readiness probes,
-/// the Prometheus scrape, and the API description and its viewers. A path here is open also when
-/// it is not (yet) in [`ALL`]; a prefix ending in `/` opens everything below it.
+/// the Prometheus scrape, the API description and its viewer, and the operations page (static;
+/// the data it draws needs a token). A path here is open also when it is not (yet) in [`ALL`]; a
+/// prefix ending in `/` opens everything below it.
 pub const OPEN_PATHS: &[&str] = &[
     "/healthz",
     "/readyz",
@@ -184,7 +186,6 @@ pub const OPEN_PATHS: &[&str] = &[
     "/docs/",
     "/ui",
     "/ui/",
-    "/v1/cluster/overview",
 ];
 
 /// Whether `path` (the request's path, not a template) is answered without a credential.
@@ -321,6 +322,7 @@ mod tests {
             "/",
             "/uix",
             "/docsx",
+            "/v1/cluster/overview",
         ] {
             assert!(!is_open_path(closed), "{closed}");
         }

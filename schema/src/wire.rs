@@ -6,10 +6,14 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+mod order_line;
 mod problem;
 mod request_id;
 mod values;
 
+pub use order_line::{
+    is_order_line_id, order_line_id, reserved_id_refusal, HEADER_ORDER_LINE, ORDER_LINE_PREFIX,
+};
 pub use problem::ProblemType;
 pub use request_id::{RequestId, REQUEST_ID_MAX_LEN};
 pub use values::{

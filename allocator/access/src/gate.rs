@@ -106,7 +106,16 @@ pub struct Admitted {
     /// `None` on open paths.
     pub client: Option<String>,
     pub slot: Option<InFlight>,
+    /// On an allocator: the caller may do what only routers do (place order lines). True for a
+    /// caller holding the `router` scope, and for everyone when authentication is off (then only
+    /// the network protects the allocators). Always false on a router.
+    pub trusted_router: bool,
 }
+
+/// Request extension set by [`crate::AccessControl`] on an allocator when the caller is
+/// [`Admitted::trusted_router`]; handlers check for it with `HttpRequest::extensions`.
+#[derive(Debug, Clone, Copy)]
+pub struct TrustedRouter;
 
 /// One per service; shared by every HTTP worker.
 pub struct Gate {
@@ -215,6 +224,7 @@ impl Gate {
             return Ok(Admitted {
                 client: None,
                 slot: None,
+                trusted_router: false,
             });
         }
         let decision = self.decide(method, template, headers, now);
@@ -279,9 +289,14 @@ impl Gate {
         } else {
             None
         };
+        let trusted_router = self.role == Role::Allocator
+            && caller
+                .as_ref()
+                .is_none_or(|c| c.scopes.contains(Scope::Router));
         Ok(Admitted {
             client: Some(client),
             slot,
+            trusted_router,
         })
     }
 
@@ -504,8 +519,10 @@ mod tests {
         // A router stands in for its client's scopes, and names the client.
         let admitted = ask(&gate, ADJUST, &via_router).unwrap();
         assert_eq!(admitted.client.as_deref(), Some("ops"));
-        // A direct caller cannot pretend to be someone else.
+        assert!(admitted.trusted_router);
+        // A direct caller cannot pretend to be someone else, nor to be a router.
         let spoofing = headers(Some("t-shop"), Some("ops"));
+        assert!(!ask(&gate, RESERVE, &spoofing).unwrap().trusted_router);
         assert_eq!(
             ask(&gate, RESERVE, &spoofing).unwrap().client.as_deref(),
             Some("shop")
@@ -612,6 +629,14 @@ mod tests {
         assert!(!gate.enabled());
         let first = ask(&gate, ADJUST, &HeaderMap::new()).unwrap();
         assert_eq!(first.client.as_deref(), Some(ANONYMOUS));
+        // Only an allocator has routers to trust; with authentication off it trusts everyone.
+        assert!(!first.trusted_router);
+        let allocator = Gate::new(Role::Allocator, Settings::off(), METRICS).unwrap();
+        assert!(
+            ask(&allocator, RESERVE, &HeaderMap::new())
+                .unwrap()
+                .trusted_router
+        );
         assert!(matches!(
             ask(&gate, RESERVE, &HeaderMap::new()),
             Err(AccessError::ConcurrencyLimited { limit: 1, .. })

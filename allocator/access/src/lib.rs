@@ -19,7 +19,7 @@ pub mod table;
 pub mod upstream;
 
 pub use error::AccessError;
-pub use gate::{Flags, Gate, MetricNames, Role, Settings, ANONYMOUS};
+pub use gate::{Flags, Gate, MetricNames, Role, Settings, TrustedRouter, ANONYMOUS};
 pub use middleware::{current_client, with_current_client, AccessControl};
 pub use reload::spawn_sighup_reloader;
 pub use upstream::UpstreamToken;

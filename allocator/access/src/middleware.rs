@@ -102,6 +102,10 @@ where
                 Box::pin(ready(Ok(response.map_into_right_body())))
             }
             Ok(admitted) => {
+                if admitted.trusted_router {
+                    use actix_web::HttpMessage;
+                    request.extensions_mut().insert(crate::gate::TrustedRouter);
+                }
                 let service = self.service.clone();
                 Box::pin(async move {
                     let call = service.call(request);

@@ -1,6 +1,8 @@
-//! The system under test as real processes: a private PostgreSQL and Redis (testkit), three
-//! allocator replicas that each reach PostgreSQL through their own fault-injecting TCP proxy, and
-//! two routers that reach it directly.
+//! The system under test as real processes: a private PostgreSQL primary with a synchronous
+//! streaming standby and a private Redis (testkit), three allocator replicas that each reach both
+//! PostgreSQL servers through fault-injecting TCP proxies of their own, and two routers that reach
+//! them directly. Every service is given the multi-host URL of both servers, so after a failover
+//! it can reach the promoted standby — and a revived old primary, which it must refuse.
 //!
 //! Every process can be killed, frozen, restarted (under the same id, port and log file) or
 //! restarted with a shifted wall clock. Lease timings are short (2 s TTL) so that every fault
@@ -12,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use testkit::{
-    free_port, resident_set_kib, ChildProcess, PgServer, ProxyMode, RedisServer, TcpProxy,
+    free_port, resident_set_kib, ChildProcess, ProxyMode, RedisServer, ReplicatedPg, Replication,
+    TcpProxy,
 };
 
 /// Lease TTL of the replicas; pauses and partitions are drawn longer than this.
@@ -21,6 +24,8 @@ pub const LEASE_TTL_MS: u64 = 2000;
 const ALLOCATOR_REQUEST_TIMEOUT_MS: u64 = 2000;
 /// Partitions of the cluster: few, so the three replicas share hot partitions' fate.
 pub const PARTITIONS: u32 = 16;
+/// Settlement window of the replicas until a `window-change` fault restarts one with another.
+pub const SETTLEMENT_WINDOW_SECS: u64 = 5;
 
 /// What the cluster is built from.
 #[derive(Debug, Clone)]
@@ -33,23 +38,35 @@ pub struct ClusterSpec {
     pub libfaketime: Option<PathBuf>,
     /// Where process logs go.
     pub log_dir: PathBuf,
+    /// The routers' auth file (`--auth-file`), if authentication is on.
+    pub auth_file: Option<PathBuf>,
 }
 
-/// One allocator replica and the proxy between it and PostgreSQL.
+/// One allocator replica and the proxies between it and the two PostgreSQL servers.
 pub struct Allocator {
     pub id: String,
     pub port: u16,
-    pub proxy: TcpProxy,
+    /// One per PostgreSQL server, in the servers' order.
+    pub proxies: Vec<TcpProxy>,
     pub process: Option<ChildProcess>,
     /// `FAKETIME` offset of the running incarnation, if any.
     pub skew: Option<String>,
     pub restarts: u64,
     pub rss_start: Option<u64>,
+    /// `--settlement-window-secs` of the next (re)start.
+    pub settlement_window_secs: u64,
 }
 
 impl Allocator {
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Sets every proxy of this replica's database link to `mode`.
+    pub fn set_link(&self, mode: ProxyMode) {
+        for proxy in &self.proxies {
+            proxy.set_mode(mode);
+        }
     }
 }
 
@@ -70,9 +87,10 @@ impl Router {
 
 pub struct Cluster {
     pub spec: ClusterSpec,
-    pub pg: PgServer,
+    pub pg: ReplicatedPg,
     pub redis: RedisServer,
-    /// The database, reached directly (routers, the harness's own dump).
+    /// The database on both servers, reached directly (routers; the harness's own reads go to
+    /// whichever server is primary, see [`Cluster::db`]).
     pub db_url: String,
     /// Database name on the server, for building the proxied URLs.
     db_name: String,
@@ -89,7 +107,9 @@ impl Cluster {
     pub async fn start(spec: ClusterSpec, replicas: usize, routers: usize) -> Result<Cluster> {
         std::fs::create_dir_all(&spec.log_dir)
             .with_context(|| format!("creating {}", spec.log_dir.display()))?;
-        let pg = PgServer::start().await.context("starting PostgreSQL")?;
+        let pg = ReplicatedPg::start(Replication::Synchronous)
+            .await
+            .context("starting PostgreSQL with a standby")?;
         let db_name = "chaos".to_owned();
         let db_url = pg.create_database(&db_name).await?;
         let migrate = std::process::Command::new(&spec.allocator_bin)
@@ -118,17 +138,22 @@ impl Cluster {
             rss_pg_start: None,
             rss_redis_start: None,
         };
-        let pg_addr: SocketAddr = ([127, 0, 0, 1], cluster.pg.port()).into();
         for i in 0..replicas {
-            let proxy = TcpProxy::start(pg_addr)?;
+            let proxies = cluster
+                .pg
+                .nodes()
+                .iter()
+                .map(|node| TcpProxy::start(SocketAddr::from(([127, 0, 0, 1], node.port()))))
+                .collect::<Result<Vec<_>>>()?;
             cluster.allocators.push(Allocator {
                 id: format!("alloc-{i}"),
                 port: free_port(),
-                proxy,
+                proxies,
                 process: None,
                 skew: None,
                 restarts: 0,
                 rss_start: None,
+                settlement_window_secs: SETTLEMENT_WINDOW_SECS,
             });
             cluster.spawn_allocator(i, None)?;
         }
@@ -152,9 +177,14 @@ impl Cluster {
 
     /// (Re)starts replica `i` under its id and port, with `skew` as its `FAKETIME` offset.
     pub fn spawn_allocator(&mut self, i: usize, skew: Option<String>) -> Result<()> {
+        let hosts: Vec<String> = self.allocators[i]
+            .proxies
+            .iter()
+            .map(|p| p.addr().to_string())
+            .collect();
         let proxied = format!(
-            "postgres://postgres@{}/{}",
-            self.allocators[i].proxy.addr(),
+            "postgres://postgres@{}/{}?target_session_attrs=read-write",
+            hosts.join(","),
             self.db_name
         );
         let a = &self.allocators[i];
@@ -192,7 +222,7 @@ impl Cluster {
             "--http-workers",
             "2",
             "--settlement-window-secs",
-            "5",
+            &a.settlement_window_secs.to_string(),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -252,6 +282,10 @@ impl Cluster {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let mut args = args;
+        if let Some(file) = &self.spec.auth_file {
+            args.extend(["--auth-file".to_owned(), file.display().to_string()]);
+        }
         let env = vec![("RUST_LOG".to_owned(), "info".to_owned())];
         let log = self.log(&r.id);
         let process = ChildProcess::spawn(&self.spec.router_bin, args, &env, &log)?;
@@ -263,9 +297,10 @@ impl Cluster {
         Ok(())
     }
 
-    /// A database client on the direct (unproxied) link.
+    /// A database client on the direct (unproxied) link to the server that is primary now.
     pub async fn db(&self) -> Result<tokio_postgres::Client> {
-        self.pg.connect_url(&self.db_url).await
+        let primary = self.pg.primary();
+        primary.connect_url(&primary.url_for(&self.db_name)).await
     }
 
     /// Number of partitions whose lease is held and unexpired.
@@ -339,7 +374,7 @@ impl Cluster {
     /// (or an interrupted fault) leaves a healthy cluster behind for the final dump.
     pub fn heal(&mut self) -> Result<()> {
         for a in &mut self.allocators {
-            a.proxy.set_mode(ProxyMode::Pass);
+            a.set_link(ProxyMode::Pass);
             if let Some(p) = a.process.as_mut() {
                 if p.try_exit_status()?.is_none() {
                     p.sigcont()?;
@@ -357,7 +392,7 @@ impl Cluster {
         for r in &mut self.routers {
             r.rss_start = r.process.as_ref().and_then(|p| resident_set_kib(p.pid()));
         }
-        self.rss_pg_start = resident_set_kib(self.pg.pid());
+        self.rss_pg_start = resident_set_kib(self.pg.primary().pid());
         self.rss_redis_start = self.redis.pid().and_then(resident_set_kib);
     }
 
@@ -382,9 +417,9 @@ impl Cluster {
         }
         out.push(serde_json::json!({
             "name": "postgres",
-            "note": "postmaster process only",
+            "note": "the primary's postmaster process only (a failover changes which one)",
             "start": self.rss_pg_start,
-            "end": resident_set_kib(self.pg.pid()),
+            "end": resident_set_kib(self.pg.primary().pid()),
             "restarts": self.pg_restarts,
         }));
         out.push(serde_json::json!({

@@ -1,15 +1,15 @@
 //! The final dump: the tables the checker needs, as one JSON document.
 //!
-//! Timestamps the checker compares (`ledger.written_at`, `lease_history.acquired_at`) are
-//! exported as integer microseconds since the Unix epoch, so the checker needs no date parsing
-//! and loses no precision.
+//! Timestamps the checker compares (`ledger.written_at` and `recorded_at`,
+//! `lease_history.acquired_at`, settlement window bounds) are exported as integer microseconds
+//! since the Unix epoch, so the checker needs no date parsing and loses no precision.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
 /// (key in the dump, query producing its rows).
-const TABLES: [(&str, &str); 7] = [
+const TABLES: [(&str, &str); 10] = [
     (
         "inventory",
         "SELECT sku, partition, on_hand, available, held, confirmed, highest_epoch
@@ -24,7 +24,8 @@ const TABLES: [(&str, &str); 7] = [
         "ledger",
         "SELECT entry_id, sku, partition, kind, reservation_id, adjustment_id, d_on_hand,
                 d_available, d_held, d_confirmed, epoch,
-                (extract(epoch FROM written_at) * 1000000)::bigint AS written_us
+                (extract(epoch FROM written_at) * 1000000)::bigint AS written_us,
+                (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_us
            FROM ledger ORDER BY entry_id",
     ),
     (
@@ -34,7 +35,8 @@ const TABLES: [(&str, &str); 7] = [
     ),
     (
         "orders",
-        "SELECT order_id, status, response_status, attempts FROM orders ORDER BY order_id",
+        "SELECT order_id, status, response_status, attempts, request FROM orders
+          ORDER BY order_id",
     ),
     (
         "leases",
@@ -45,6 +47,23 @@ const TABLES: [(&str, &str); 7] = [
         "SELECT name, partition, epoch, holder_id,
                 (extract(epoch FROM acquired_at) * 1000000)::bigint AS acquired_us
            FROM lease_history ORDER BY history_id",
+    ),
+    (
+        "settlement_runs",
+        "SELECT (extract(epoch FROM window_start) * 1000000)::bigint AS start_us,
+                (extract(epoch FROM window_end) * 1000000)::bigint AS end_us,
+                status, term, holder_id, reservations, quantity
+           FROM settlement_runs ORDER BY window_start",
+    ),
+    (
+        "settlements",
+        "SELECT (extract(epoch FROM window_start) * 1000000)::bigint AS start_us, sku, quantity,
+                reservations, term
+           FROM settlements ORDER BY window_start, sku",
+    ),
+    (
+        "history_horizon",
+        "SELECT first_entry_id FROM history_horizon",
     ),
 ];
 

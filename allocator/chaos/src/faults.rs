@@ -38,10 +38,15 @@ pub enum Fault {
     ClockSkew,
     /// SIGKILL a router, restart it on the same port.
     RouterKill,
+    /// Restart an allocator with another settlement window length (`window_change`).
+    WindowChange,
+    /// SIGKILL the PostgreSQL primary, promote its synchronous standby, sometimes revive the old
+    /// primary writable on its old address for a while, then rebuild a standby there.
+    PgFailover,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 10] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -50,6 +55,8 @@ impl Fault {
         Fault::RedisRestart,
         Fault::ClockSkew,
         Fault::RouterKill,
+        Fault::WindowChange,
+        Fault::PgFailover,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +69,8 @@ impl Fault {
             Fault::RedisRestart => "redis-restart",
             Fault::ClockSkew => "clock-skew",
             Fault::RouterKill => "router-kill",
+            Fault::WindowChange => "window-change",
+            Fault::PgFailover => "pg-failover",
         }
     }
 }
@@ -167,9 +176,9 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
             let i = rng.random_range(0..replicas);
             let hold = ms(rng, LEASE_TTL_MS + 1000..=LEASE_TTL_MS + 3000);
             let a = &cluster.allocators[i];
-            a.proxy.set_mode(ProxyMode::Blackhole);
+            a.set_link(ProxyMode::Blackhole);
             tokio::time::sleep(hold).await;
-            a.proxy.set_mode(ProxyMode::Pass);
+            a.set_link(ProxyMode::Pass);
             (
                 a.id.clone(),
                 format!("database link black-holed for {} ms", hold.as_millis()),
@@ -179,11 +188,11 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
             let delay = ms(rng, 20..=150);
             let hold = ms(rng, 3000..=6000);
             for a in &cluster.allocators {
-                a.proxy.set_mode(ProxyMode::Delay(delay));
+                a.set_link(ProxyMode::Delay(delay));
             }
             tokio::time::sleep(hold).await;
             for a in &cluster.allocators {
-                a.proxy.set_mode(ProxyMode::Pass);
+                a.set_link(ProxyMode::Pass);
             }
             (
                 "all allocators".into(),
@@ -196,7 +205,7 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
         }
         Fault::PgRestart => {
             let t0 = Instant::now();
-            cluster.pg.restart().await?;
+            cluster.pg.primary_mut().restart().await?;
             cluster.pg_restarts += 1;
             (
                 "postgres".into(),
@@ -234,6 +243,7 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
                 ),
             )
         }
+        Fault::PgFailover => pg_failover(cluster, rng).await?,
         Fault::RouterKill => {
             let i = rng.random_range(0..cluster.routers.len());
             let down = ms(rng, 500..=1500);
@@ -248,7 +258,37 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
                 format!("sigkill, restarted after {} ms", down.as_millis()),
             )
         }
+        Fault::WindowChange => crate::window_change::inject(cluster, rng).await?,
     })
+}
+
+/// The failover an HA manager performs, with the failure it must fence: the old primary may come
+/// back writable on its old address (with what it had committed, on the old timeline) while the
+/// services can reach it; they must take no write there.
+async fn pg_failover(cluster: &mut Cluster, rng: &mut StdRng) -> Result<(String, String)> {
+    let detect = ms(rng, 300..=1500);
+    let t0 = Instant::now();
+    cluster.pg.kill_primary()?;
+    tokio::time::sleep(detect).await;
+    cluster.pg.promote_standby().await?;
+    let promoted_ms = t0.elapsed().as_millis();
+    let revived = if rng.random_bool(0.5) {
+        let hold = ms(rng, 2000..=5000);
+        cluster.pg.revive_old_primary_writable().await?;
+        tokio::time::sleep(hold).await;
+        format!(", old primary revived writable for {} ms", hold.as_millis())
+    } else {
+        String::new()
+    };
+    cluster.pg.rebuild_standby().await?;
+    cluster.pg_restarts += 1;
+    Ok((
+        "postgres".into(),
+        format!(
+            "primary sigkilled, standby promoted after {promoted_ms} ms{revived}, new standby streaming after {} ms",
+            t0.elapsed().as_millis()
+        ),
+    ))
 }
 
 async fn kill_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
@@ -262,7 +302,7 @@ async fn kill_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
 }
 
 /// Graceful stop (SIGTERM, releases its leases); SIGKILL if it does not exit in time.
-async fn stop_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
+pub(crate) async fn stop_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
     let a = &mut cluster.allocators[i];
     let p = a.process.as_mut().context("allocator not running")?;
     if p.try_exit_status()?.is_some() {

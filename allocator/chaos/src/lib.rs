@@ -1,15 +1,17 @@
 //! A Jepsen-style fault run for the fenced inventory allocator, and an independent checker.
 //!
 //! The `chaos` binary starts a private PostgreSQL and Redis, three allocator replicas (each
-//! behind its own TCP proxy to PostgreSQL) and two routers as real processes, drives a mixed
-//! workload through both routers while a seeded schedule injects faults, and records:
+//! behind its own TCP proxy to PostgreSQL) and two routers (authentication on, one client
+//! rate-limited) as real processes, drives a mixed workload through both routers while a seeded
+//! schedule injects faults, and records:
 //!
 //! * `history.jsonl` — one line per client operation: invoke and completion times (monotonic
 //!   milliseconds since the start and wall-clock milliseconds), client, router, kind, request,
 //!   and the response status and body, or the error with outcome `unknown`;
 //! * `faults.jsonl` — one line per injected fault: kind, target, start and end;
 //! * `dump.json` — the database at the end: inventory, reservations, ledger (with each row's
-//!   write time), adjustments, orders, leases and the lease history;
+//!   write time and transaction start), adjustments, orders (with their stored requests),
+//!   leases, the lease history and its horizon, settlement runs and per-SKU totals;
 //! * `summary.json` — seed, duration, faults per kind and each process's resident memory at the
 //!   start and the end.
 //!
@@ -18,3 +20,5 @@
 //! in their logic cannot hide itself by being repeated in the checker.
 
 pub mod check;
+/// Writes `dump.json` from a live database (the harness's last step; also used by tests).
+pub mod dump;

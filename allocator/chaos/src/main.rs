@@ -8,9 +8,10 @@
 //! so the harness exits 0 whenever it could run and record the whole schedule.
 
 mod cluster;
-mod dump;
 mod faults;
 mod history;
+mod tokens;
+mod window_change;
 mod workload;
 
 use std::path::PathBuf;
@@ -21,6 +22,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use serde_json::json;
+
+use chaos::dump;
 
 use crate::cluster::{Cluster, ClusterSpec};
 use crate::faults::Fault;
@@ -55,6 +58,10 @@ struct Args {
     /// Concurrent clients.
     #[arg(long, default_value_t = 6)]
     clients: usize,
+    /// Run nothing: dump the database at this URL into `--out` (with an empty history), for
+    /// `chaos-check` to judge a database on its own, such as a restored backup.
+    #[arg(long, value_name = "URL", requires = "out")]
+    dump_database: Option<String>,
 }
 
 fn sibling(name: &str) -> PathBuf {
@@ -76,6 +83,33 @@ fn libfaketime() -> Option<PathBuf> {
     .find(|p| p.is_file())
 }
 
+/// Waits (at most `limit`) until the settlement job has settled past the last confirmation, so
+/// the checker's settlement rule covers the whole run; a job that lags is the checker's
+/// business, not a reason to stop.
+async fn wait_for_settlement(client: &tokio_postgres::Client, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let caught_up = client
+            .query_one(
+                "SELECT coalesce((SELECT max(window_end) FROM settlement_runs
+                                   WHERE status = 'settled'), '-infinity')
+                        > coalesce((SELECT max(recorded_at) FROM ledger WHERE kind = 'confirm'),
+                                   '-infinity')",
+                &[],
+            )
+            .await
+            .map(|row| row.get::<_, bool>(0));
+        match caught_up {
+            Ok(true) => return,
+            _ if Instant::now() >= deadline => {
+                tracing::warn!(?caught_up, "settlement did not catch up before the dump");
+                return;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -87,6 +121,17 @@ async fn main() -> Result<()> {
         )
         .init();
     let args = Args::parse();
+    if let (Some(url), Some(out)) = (&args.dump_database, &args.out) {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .with_context(|| format!("connecting to {url}"))?;
+        tokio::spawn(connection);
+        dump::write(&client, &out.join("dump.json")).await?;
+        std::fs::write(out.join("history.jsonl"), "")?;
+        println!("dumped the database into {}", out.display());
+        return Ok(());
+    }
     let mut kinds: Vec<Fault> = if args.faults.is_empty() {
         Fault::ALL.to_vec()
     } else {
@@ -118,12 +163,14 @@ async fn main() -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     println!("output directory: {}", out.display());
 
+    let tokens = tokens::write_auth_file(&out.join("routers.auth"))?;
     let spec = ClusterSpec {
         allocator_bin: args.allocator_bin.unwrap_or_else(|| sibling("allocator")),
         router_bin: args.router_bin.unwrap_or_else(|| sibling("router")),
         negative_control: args.negative_control,
         libfaketime,
         log_dir: out.join("logs"),
+        auth_file: Some(out.join("routers.auth")),
     };
     for bin in [&spec.allocator_bin, &spec.router_bin] {
         anyhow::ensure!(
@@ -139,7 +186,7 @@ async fn main() -> Result<()> {
     let history = Arc::new(JsonLines::create(&out.join("history.jsonl"))?);
     let fault_log = JsonLines::create(&out.join("faults.jsonl"))?;
     let routers = cluster.routers.iter().map(|r| r.url()).collect();
-    let workload = Arc::new(Workload::new(clock, history.clone(), routers)?);
+    let workload = Arc::new(Workload::new(clock, history.clone(), routers, tokens)?);
     workload.seed().await?;
     cluster.record_rss_start();
 
@@ -184,6 +231,7 @@ async fn main() -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss = cluster.rss_report();
     let client = cluster.db().await?;
+    wait_for_settlement(&client, Duration::from_secs(45)).await;
     dump::write(&client, &out.join("dump.json")).await?;
     let summary = json!({
         "seed": args.seed,

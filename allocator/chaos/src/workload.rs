@@ -6,6 +6,14 @@
 //! so out-of-stock answers are common; a restocker adds stock through adjustments. Operations go
 //! to either router at random. Nothing is retried: an operation whose outcome is unknown stays
 //! unknown in the history, and the checker treats it as possibly applied.
+//!
+//! Two things make the history harder on purpose. Client `c0` calls with a token the routers
+//! limit to a few requests per second ([`crate::tokens`]), so `429` answers of every operation
+//! kind are frequent. And some orders are preceded by a single reserve under the id one of the
+//! order's lines will use ([`colliding_line_id`]), with a quantity no order line asks for. Line
+//! ids live in their own namespace, so the routers refuse that reserve (`400`) and the order's
+//! lines stay its own; the checker would see a hold under a line id with another payload if one
+//! ever got through.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,6 +24,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::history::{Clock, JsonLines};
+use crate::tokens::Tokens;
 
 /// A client gives up on one operation after this long and records it as unknown: longer than
 /// an order's two router retry deadlines, so an answer that comes is normally seen.
@@ -24,6 +33,19 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
 const ZIPF_S: f64 = 1.1;
 /// Holds a client keeps track of for later confirm or release.
 const MAX_PENDING: usize = 24;
+/// Share of orders preceded by a reserve under one of their line ids.
+const COLLISION_SHARE: f64 = 0.1;
+/// Quantity of a colliding reserve: order lines ask for 1 or 2, so the stored payload tells
+/// whose hold an id is.
+const COLLISION_QUANTITY: i64 = 3;
+/// The client whose operations use the rate-limited token.
+const LIMITED_CLIENT: &str = "c0";
+
+/// The reservation id a single reserve uses to collide with line `line` of order `order_id`:
+/// the id the routers reserve that line under (`order:{order_id}:{line}`).
+pub fn colliding_line_id(order_id: &str, line: usize) -> String {
+    schema::wire::order_line_id(order_id, line)
+}
 
 /// What the workload's tasks share.
 pub struct Workload {
@@ -36,6 +58,7 @@ pub struct Workload {
     tail_cdf: Vec<f64>,
     http: reqwest::Client,
     next_op: std::sync::atomic::AtomicU64,
+    tokens: Tokens,
 }
 
 impl Workload {
@@ -43,6 +66,7 @@ impl Workload {
         clock: Clock,
         history: Arc<JsonLines>,
         routers: Vec<String>,
+        tokens: Tokens,
     ) -> anyhow::Result<Self> {
         let hot: Vec<String> = (0..2).map(|i| format!("hot-{i}")).collect();
         let tail: Vec<String> = (0..24).map(|i| format!("sku-{i:02}")).collect();
@@ -70,6 +94,7 @@ impl Workload {
                 .pool_max_idle_per_host(4)
                 .build()?,
             next_op: std::sync::atomic::AtomicU64::new(1),
+            tokens,
         })
     }
 
@@ -105,7 +130,18 @@ impl Workload {
         let invoke_ms = self.clock.ms();
         let invoke_wall_ms = self.clock.wall_ms();
         let url = format!("{}{path}", self.routers[router]);
-        let result = self.http.post(&url).json(&body).send().await;
+        let token = if client == LIMITED_CLIENT {
+            &self.tokens.limited
+        } else {
+            &self.tokens.client
+        };
+        let result = self
+            .http
+            .post(&url)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await;
         let (status, answer, error) = match result {
             Ok(resp) => {
                 let status = resp.status().as_u16();
@@ -217,20 +253,8 @@ impl Workload {
                 let sku = self.pick_sku(&mut rng).to_owned();
                 let quantity = rng.random_range(1..=3);
                 let ttl = rng.random_range(2..=6);
-                let request = json!({"reservation_id": id, "sku": sku, "quantity": quantity, "ttl_seconds": ttl});
-                let (status, _) = self
-                    .call(
-                        &name,
-                        router,
-                        "reserve",
-                        "/v1/reservations".into(),
-                        request.clone(),
-                        request,
-                    )
+                self.reserve(&name, router, &id, &sku, quantity, ttl, &mut pending)
                     .await;
-                if status.is_none_or(|s| (200..300).contains(&s) || s >= 500) {
-                    pending.push(id);
-                }
             } else if roll < 0.8 {
                 let id = pending.swap_remove(rng.random_range(0..pending.len()));
                 let kind = if roll < 0.65 { "confirm" } else { "release" };
@@ -248,10 +272,24 @@ impl Workload {
                 let lines: Vec<Value> = (0..rng.random_range(2..=3))
                     .map(|_| json!({"sku": self.pick_sku(&mut rng), "quantity": rng.random_range(1..=2)}))
                     .collect();
+                if rng.random_bool(COLLISION_SHARE) {
+                    let line = rng.random_range(0..lines.len());
+                    let sku = self.pick_sku(&mut rng).to_owned();
+                    let id = colliding_line_id(&order_id, line);
+                    self.reserve(
+                        &name,
+                        router,
+                        &id,
+                        &sku,
+                        COLLISION_QUANTITY,
+                        5,
+                        &mut pending,
+                    )
+                    .await;
+                }
                 let ttl = rng.random_range(3..=6);
-                let count = lines.len();
                 let request = json!({"order_id": order_id, "lines": lines, "ttl_seconds": ttl});
-                let (status, _) = self
+                let (status, body) = self
                     .call(
                         &name,
                         router,
@@ -262,14 +300,48 @@ impl Workload {
                     )
                     .await;
                 if status.is_some_and(|s| (200..300).contains(&s)) {
-                    // Line i of an order is reservation `{order_id}:{i}`.
-                    pending.extend((0..count).map(|i| format!("{order_id}:{i}")));
+                    // The lines' reservation ids, as the router reserved them.
+                    let held = body.as_ref().and_then(|b| b["reservations"].as_array());
+                    pending.extend(
+                        held.into_iter()
+                            .flatten()
+                            .filter_map(|r| r["reservation_id"].as_str().map(str::to_owned)),
+                    );
                 }
             }
             if pending.len() > MAX_PENDING {
                 pending.drain(..pending.len() - MAX_PENDING);
             }
             tokio::time::sleep(Duration::from_millis(rng.random_range(5..=25))).await;
+        }
+    }
+
+    /// One single reserve; an id that is (or may be) held goes to `pending`.
+    #[allow(clippy::too_many_arguments)]
+    async fn reserve(
+        &self,
+        client: &str,
+        router: usize,
+        id: &str,
+        sku: &str,
+        quantity: i64,
+        ttl: i64,
+        pending: &mut Vec<String>,
+    ) {
+        let request =
+            json!({"reservation_id": id, "sku": sku, "quantity": quantity, "ttl_seconds": ttl});
+        let (status, _) = self
+            .call(
+                client,
+                router,
+                "reserve",
+                "/v1/reservations".into(),
+                request.clone(),
+                request,
+            )
+            .await;
+        if status.is_none_or(|s| (200..300).contains(&s) || s >= 500) {
+            pending.push(id.to_owned());
         }
     }
 

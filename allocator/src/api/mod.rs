@@ -161,8 +161,42 @@ async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::NotFound("no such route".into()))
 }
 
+/// A resource named by its path template, so that the metrics middleware can label a request
+/// with its route without building a string per request ([`route_label`]).
 fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
+    web::resource(path)
+        .name(path)
+        .default_service(web::to(method_not_allowed))
+}
+
+/// The `route` label of a request: the static template of the named resource it matches (no
+/// allocation on the API's routes), else the matched pattern, else `unmatched`.
+fn route_label(request: &actix_web::dev::ServiceRequest) -> metrics::SharedString {
+    request
+        .match_name()
+        .and_then(|name| routes::ALL.iter().find(|route| route.path == name))
+        .map(|route| metrics::SharedString::from(route.path))
+        .or_else(|| request.match_pattern().map(Into::into))
+        .unwrap_or_else(|| metrics::SharedString::from("unmatched"))
+}
+
+/// The `status` label: the statuses the API answers with as static strings, others formatted.
+fn status_label(status: u16) -> metrics::SharedString {
+    let known = match status {
+        200 => "200",
+        201 => "201",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        409 => "409",
+        421 => "421",
+        422 => "422",
+        429 => "429",
+        503 => "503",
+        _ => return status.to_string().into(),
+    };
+    known.into()
 }
 
 /// Register every route, extractor limit and error handler on an actix `App`.
@@ -208,13 +242,13 @@ pub fn app(
         .wrap(access::AccessControl::new(gate))
         .wrap_fn(|request, service| {
             let started = Instant::now();
-            let route = request.match_pattern().unwrap_or_else(|| "unmatched".into());
+            let route = route_label(&request);
             service.call(request).map(move |result| {
                 let status = match &result {
                     Ok(response) => response.status().as_u16(),
                     Err(error) => error.as_response_error().status_code().as_u16(),
                 };
-                metrics::histogram!(m::HTTP_REQUEST_DURATION, "route" => route, "status" => status.to_string())
+                metrics::histogram!(m::HTTP_REQUEST_DURATION, "route" => route, "status" => status_label(status))
                     .record(started.elapsed().as_secs_f64());
                 result
             })

@@ -1,11 +1,14 @@
 //! `/v1/reservations` handlers.
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 use super::{ApiError, AppState};
 use crate::fenced::{read_reservation, Command, Outcome, ReservationRecord};
 use schema::partition::partition_for;
-use schema::wire::{ReservationId, ReserveRequest, TtlSeconds, HEADER_EPOCH, HEADER_REPLAYED};
+use schema::wire::{
+    is_order_line_id, reserved_id_refusal, ReservationId, ReserveRequest, TtlSeconds, HEADER_EPOCH,
+    HEADER_ORDER_LINE, HEADER_REPLAYED,
+};
 
 pub async fn reserve(
     state: web::Data<AppState>,
@@ -13,6 +16,11 @@ pub async fn reserve(
     body: web::Json<ReserveRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
+    if is_order_line_id(body.reservation_id.as_str()) && !forwards_an_order_line(&request) {
+        return Err(ApiError::InvalidRequest(reserved_id_refusal(
+            body.reservation_id.as_str(),
+        )));
+    }
     let partition = partition_for(body.sku.as_str(), state.partition_count);
     let command = Command::Reserve {
         reservation_id: body.reservation_id.as_str().to_owned(),
@@ -24,6 +32,17 @@ pub async fn reserve(
     let response = reservation_response(outcome, epoch)?;
     tracing::debug!(partition, epoch, reservation_id = %body.reservation_id, status = response.status().as_u16(), "reserve");
     Ok(response)
+}
+
+/// A router placing an order line: it says so ([`HEADER_ORDER_LINE`]) and the access gate trusts
+/// it as a router (the `router` scope, or authentication off). Anyone else gets the same `400` a
+/// router gives its clients for an id in the order-line namespace.
+fn forwards_an_order_line(request: &HttpRequest) -> bool {
+    request
+        .headers()
+        .get(HEADER_ORDER_LINE)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"true"))
+        && request.extensions().contains::<access::TrustedRouter>()
 }
 
 pub async fn confirm(

@@ -88,9 +88,15 @@ pub struct Window {
 
 /// Claim the next window to settle, if it has closed by the database clock.
 ///
-/// The next window starts where the last settled one ended (or at the cluster's creation, aligned
-/// down to the window length), so windows never overlap and none is skipped, even if the window
-/// length changes between releases. A run left `running` by an earlier term is taken over.
+/// The next window starts where the last settled one ended, so windows never overlap and none is
+/// skipped. Before anything was settled it is the run a former term left open, if any, and
+/// otherwise the cluster's creation aligned down to the window length.
+///
+/// A run left `running` by a former term is taken over *as it was claimed*: its end is kept and
+/// readiness is judged against that end with this term's grace, never against a window of this
+/// term's length from the same start. Window length and grace are per-process settings, so the
+/// term that takes over may run with others than the term that claimed; with a shorter window
+/// (or a longer grace) it would otherwise settle a window whose confirmations can still commit.
 pub async fn claim_next<C: GenericClient>(
     client: &C,
     holder_id: &str,
@@ -103,17 +109,26 @@ pub async fn claim_next<C: GenericClient>(
             "WITH next AS (
                  SELECT COALESCE(
                             (SELECT max(window_end) FROM settlement_runs WHERE status = 'settled'),
+                            (SELECT min(window_start) FROM settlement_runs WHERE status = 'running'),
                             (SELECT to_timestamp(floor(extract(epoch FROM created_at) / $3::bigint)
                                                  * $3::bigint)
-                               FROM cluster_settings)) AS start)
+                               FROM cluster_settings)) AS start),
+             candidate AS (
+                 SELECT next.start,
+                        COALESCE(open.window_end, next.start + $3::bigint * interval '1 second')
+                            AS end_at
+                   FROM next
+                   LEFT JOIN settlement_runs AS open
+                     ON open.window_start = next.start AND open.status = 'running')
              INSERT INTO settlement_runs AS r (window_start, window_end, status, term, holder_id)
-             SELECT start, start + $3::bigint * interval '1 second', 'running', $2, $1
-               FROM next
-              WHERE start + $3::bigint * interval '1 second'
-                          + $4::bigint * interval '1 millisecond' <= now()
+             SELECT start, end_at, 'running', $2, $1
+               FROM candidate
+              WHERE end_at + $4::bigint * interval '1 millisecond' <= now()
              ON CONFLICT (window_start) DO UPDATE
                 SET term = EXCLUDED.term, holder_id = EXCLUDED.holder_id, started_at = now()
+              -- Judged again on the locked row: the run as it was claimed.
               WHERE r.status = 'running'
+                AND r.window_end + $4::bigint * interval '1 millisecond' <= now()
           RETURNING r.window_start, r.window_end",
             &[
                 &holder_id,

@@ -5,6 +5,8 @@
 //!
 //! * [`PgServer`]: a private PostgreSQL cluster per test that can be paused (`SIGSTOP`), stopped,
 //!   killed and restarted on the same port and data directory.
+//! * [`ReplicatedPg`]: a primary with a synchronous or asynchronous streaming standby, for killing
+//!   the primary, promoting the standby, reviving the old primary and rebuilding a standby.
 //! * [`RedisServer`]: a private Redis that can be killed and brought back (empty) on the same
 //!   port.
 //! * [`TcpProxy`]: a TCP proxy between a service and its database that can delay, blackhole
@@ -13,14 +15,18 @@
 //! * [`ChildProcess`]: a spawned service binary that can be crashed, frozen or stopped, with its
 //!   output captured to a log file; plus [`free_port`] and [`cargo_bin`] to launch it.
 //! * [`Browser`]: a headless Chromium driven over WebDriver, for the pages the services serve.
+//! * [`tree_cpu_time`], [`cpu_times`]: CPU time of a process tree (a PostgreSQL postmaster and its
+//!   backends) or one process, from `/proc`; the load generator reports CPU per operation with
+//!   them.
 //!
 //! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
 //! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
 //! with other users of those instances. Every handle cleans up its processes and temporary files
 //! in `Drop`, including while a failing test unwinds.
 //!
-//! The harness is its own crate, used only as a dev-dependency, so that no service binary links
-//! it and every crate's tests share one copy.
+//! The harness is its own crate, a dev-dependency of the services, so that no service binary links
+//! it and every crate's tests share one copy; the load generator (a tool, not a service) links it
+//! for the CPU readings.
 
 pub mod api_client;
 pub mod browser;
@@ -34,8 +40,8 @@ mod procfs;
 
 pub use self::api_client::{Answer, ApiClient};
 pub use self::browser::Browser;
-pub use self::postgres::PgServer;
+pub use self::postgres::{PgServer, ReplicatedPg, Replication};
 pub use self::process::{cargo_bin, free_port, ChildProcess};
-pub use self::procfs::resident_set_kib;
+pub use self::procfs::{cpu_times, resident_set_kib, tree_cpu_time, CpuTimes};
 pub use self::proxy::{ProxyMode, TcpProxy};
 pub use self::redis::RedisServer;

@@ -1,4 +1,4 @@
-//! Minimal `/proc` process-table helpers shared by the server harnesses.
+//! Minimal `/proc` process-table helpers shared by the server harnesses and the load generator.
 //!
 //! PostgreSQL is a multi-process server: the postmaster forks one backend per client connection
 //! plus a handful of auxiliary processes. Freezing or killing only the postmaster does not model a
@@ -37,22 +37,32 @@ struct Stat {
     ppid: i32,
     /// Start time, see [`ProcId::start_time`].
     start_time: u64,
+    /// User plus system CPU of the process (all its threads), in clock ticks.
+    own_ticks: u64,
+    /// User plus system CPU of its children that it has waited for, in clock ticks.
+    children_ticks: u64,
 }
 
 /// Parses `/proc/<pid>/stat`. The command name (field 2) is wrapped in parentheses and may itself
 /// contain spaces or parentheses, so parsing starts after the *last* `)`.
 fn read_stat(pid: i32) -> Option<Stat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state); starttime is field 22.
+    // `rest` starts at field 3 (state): utime, stime, cutime, cstime are fields 14-17 and
+    // starttime is field 22 (proc(5)).
+    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
     let state = fields.first()?.chars().next()?;
     let ppid = fields.get(1)?.parse().ok()?;
-    let start_time = fields.get(19)?.parse().ok()?;
     Some(Stat {
         state,
         ppid,
-        start_time,
+        start_time: field(22)?,
+        own_ticks: field(14)? + field(15)?,
+        children_ticks: field(16)? + field(17)?,
     })
 }
 
@@ -67,7 +77,18 @@ pub(crate) fn proc_id(pid: i32) -> Option<ProcId> {
 /// All (transitive) descendants of `root`, excluding `root` itself; every process is listed
 /// before its own children.
 pub(crate) fn descendants(root: i32) -> Vec<ProcId> {
-    let mut children: HashMap<i32, Vec<ProcId>> = HashMap::new();
+    descendant_stats(root)
+        .into_iter()
+        .map(|(pid, stat)| ProcId {
+            pid,
+            start_time: stat.start_time,
+        })
+        .collect()
+}
+
+/// [`descendants`] with their `/proc/<pid>/stat` fields, from one scan of the process table.
+fn descendant_stats(root: i32) -> Vec<(i32, Stat)> {
+    let mut children: HashMap<i32, Vec<(i32, Stat)>> = HashMap::new();
     if let Ok(entries) = fs::read_dir("/proc") {
         for entry in entries.flatten() {
             let Some(pid) = entry
@@ -78,10 +99,7 @@ pub(crate) fn descendants(root: i32) -> Vec<ProcId> {
                 continue;
             };
             if let Some(stat) = read_stat(pid) {
-                children.entry(stat.ppid).or_default().push(ProcId {
-                    pid,
-                    start_time: stat.start_time,
-                });
+                children.entry(stat.ppid).or_default().push((pid, stat));
             }
         }
     }
@@ -89,11 +107,56 @@ pub(crate) fn descendants(root: i32) -> Vec<ProcId> {
     let mut queue = vec![root];
     while let Some(parent) = queue.pop() {
         for child in children.remove(&parent).unwrap_or_default() {
-            queue.push(child.pid);
+            queue.push(child.0);
             out.push(child);
         }
     }
     out
+}
+
+/// CPU time of one process, from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// User plus system time of the process itself, all its threads.
+    pub own: Duration,
+    /// User plus system time of its children that have exited and been waited for.
+    pub children: Duration,
+}
+
+/// The kernel's clock tick (`sysconf(_SC_CLK_TCK)`, 100 on Linux): the unit of the CPU fields.
+fn ticks(n: u64) -> Duration {
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz).ok().filter(|&hz| hz > 0).unwrap_or(100);
+    Duration::from_nanos(n.saturating_mul(1_000_000_000) / hz)
+}
+
+/// CPU time of `pid` and of its waited-for children; `None` when there is no such process.
+pub fn cpu_times(pid: u32) -> Option<CpuTimes> {
+    let stat = read_stat(i32::try_from(pid).ok()?)?;
+    Some(CpuTimes {
+        own: ticks(stat.own_ticks),
+        children: ticks(stat.children_ticks),
+    })
+}
+
+/// CPU time spent so far by `root` and every process it ever started, transitively: the live
+/// ones' own time plus what each live one has collected from children it waited for. The
+/// difference of two readings is what the tree spent in between, also when processes started
+/// or exited meanwhile (a PostgreSQL backend that exits is waited for by the postmaster, so its
+/// time moves from its own entry into the postmaster's children time). A process whose parent
+/// exited is re-parented and drops out; PostgreSQL's postmaster outlives its backends.
+/// `None` when `root` does not exist.
+pub fn tree_cpu_time(root: u32) -> Option<Duration> {
+    let root = i32::try_from(root).ok()?;
+    let stat = read_stat(root)?;
+    let total = descendant_stats(root)
+        .iter()
+        .map(|(_, s)| s.own_ticks + s.children_ticks)
+        .sum::<u64>()
+        + stat.own_ticks
+        + stat.children_ticks;
+    Some(ticks(total))
 }
 
 /// True while the process still exists and is not a zombie.
@@ -214,4 +277,44 @@ pub(crate) fn kill_tree(root: &ProcId, child: &mut std::process::Child) {
     }
     let _ = child.wait();
     wait_gone(&tree, Duration::from_secs(5));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cpu_fields_after_a_command_name_with_spaces_and_parentheses() {
+        // proc(5) fields 1-22; comm "(a) b)" contains ") " itself.
+        let line = "42 ((a) b)) S 7 42 42 0 -1 4194304 100 0 0 0 \
+                    250 30 12 8 20 0 4 0 987654 1000 200";
+        let stat = parse_stat(line).expect("parses");
+        assert_eq!(stat.state, 'S');
+        assert_eq!(stat.ppid, 7);
+        assert_eq!(stat.own_ticks, 280);
+        assert_eq!(stat.children_ticks, 20);
+        assert_eq!(stat.start_time, 987654);
+        assert!(parse_stat("42 (x) S 7").is_none());
+    }
+
+    #[test]
+    fn a_waited_for_child_moves_into_the_parents_children_time() {
+        let me = std::process::id();
+        let before = cpu_times(me).expect("this process");
+        let tree_before = tree_cpu_time(me).expect("this process");
+        // A child that burns at least a few clock ticks of CPU, then is waited for.
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .status()
+            .expect("sh runs");
+        assert!(status.success());
+        let after = cpu_times(me).expect("this process");
+        assert!(after.children > before.children, "{before:?} -> {after:?}");
+        assert!(
+            tree_cpu_time(me).expect("this process")
+                >= tree_before + (after.children - before.children)
+        );
+        assert_eq!(cpu_times(u32::MAX), None);
+        assert_eq!(tree_cpu_time(u32::MAX), None);
+    }
 }

@@ -15,5 +15,7 @@ mod openapi;
 mod processes;
 mod renewal;
 mod settlement;
+mod settlement_support;
+mod settlement_takeover;
 mod tenures;
 mod testkit_smoke;

@@ -36,14 +36,18 @@ pub fn classify_reserve(report: &mut LineReport, answer: Result<&UpstreamRespons
                 report.problem = Some(upstream_problem(resp, "unreadable reservation body"));
             }
         },
-        Ok(resp) if (400..500).contains(&resp.status) => {
-            report.outcome = LineOutcome::Refused;
-            report.problem = Some(upstream_problem(resp, "refused"));
-        }
         Ok(resp) => {
-            // A 5xx the forwarder does not retry: the allocator failed in an unknown state.
-            report.outcome = LineOutcome::Unknown;
-            report.problem = Some(upstream_problem(resp, "upstream error"));
+            let problem = upstream_problem(resp, "refused");
+            // Only an answer that proves nothing is held under the line's id settles it as
+            // refused. Anything else (a 429 or 401/403 from a limit or a credential, a 408, a
+            // 413, a 5xx the forwarder does not retry) says nothing about what an earlier
+            // attempt of the same request did, so the line may be held: it is compensated.
+            report.outcome = if proves_nothing_held(resp.status, &problem) {
+                LineOutcome::Refused
+            } else {
+                LineOutcome::Unknown
+            };
+            report.problem = Some(problem);
         }
         Err(err) => {
             report.outcome = match err {
@@ -56,6 +60,22 @@ pub fn classify_reserve(report: &mut LineReport, answer: Result<&UpstreamRespons
             report.problem = Some(err.problem());
         }
     }
+}
+
+/// Whether a reserve's final answer proves that nothing is held under its id, now or later: the
+/// allocator decided the id itself. `409 insufficient-stock` is stored under the id (a late
+/// duplicate replays it); `404 not-found` means the SKU is unknown, so no attempt of this line
+/// could have held it; `422 idempotency-mismatch` means the id holds another payload, which this
+/// line never held. The problem type must match too: a `409`, `404` or `422` of another kind
+/// (from a proxy, or a refusal before the id was looked at) proves nothing.
+fn proves_nothing_held(status: u16, problem: &Problem) -> bool {
+    let kind = match status {
+        409 => ProblemType::InsufficientStock,
+        404 => ProblemType::NotFound,
+        422 => ProblemType::IdempotencyMismatch,
+        _ => return false,
+    };
+    problem.kind == kind.uri()
 }
 
 /// Classify the release answer for a line whose reserve ended as `reserved`.
@@ -156,206 +176,5 @@ fn upstream_problem(resp: &UpstreamResponse, fallback: &str) -> Problem {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::orders::line_reservation_id;
-    use schema::wire::problem_type;
-
-    fn report(index: usize, outcome: LineOutcome) -> LineReport {
-        LineReport {
-            index,
-            sku: format!("sku-{index}").parse().unwrap(),
-            quantity: 1.try_into().unwrap(),
-            reservation_id: line_reservation_id("o-1", index),
-            outcome,
-            status: None,
-            problem: None,
-            compensation: None,
-            reservation: None,
-        }
-    }
-    #[test]
-    fn all_secured_lines_place_the_order() {
-        let lines = vec![
-            report(0, LineOutcome::Held),
-            report(1, LineOutcome::Replayed),
-        ];
-        match decide("o-1", lines) {
-            OrderResult::Placed { replayed, .. } => assert!(!replayed),
-            other => panic!("{other:?}"),
-        }
-        let lines = vec![
-            report(0, LineOutcome::Replayed),
-            report(1, LineOutcome::Replayed),
-        ];
-        assert_eq!(decide("o-1", lines).outcome_label(), "replayed");
-    }
-
-    #[test]
-    fn a_failed_line_fails_the_order_and_compensation_decides_409_or_503() {
-        let mut held = report(0, LineOutcome::Held);
-        held.compensation = Some(Compensation::Released);
-        let refused = report(1, LineOutcome::Refused);
-        match decide("o-1", vec![held.clone(), refused.clone()]) {
-            OrderResult::Failed(p) => {
-                assert_eq!(p.problem.status, 409);
-                assert_eq!(p.problem.kind, problem_type::ORDER_FAILED);
-                assert_eq!(p.problem.outcome_unknown, Some(false));
-                assert_eq!(p.lines.len(), 2);
-            }
-            other => panic!("{other:?}"),
-        }
-        held.compensation = Some(Compensation::Failed);
-        match decide("o-1", vec![held, refused]) {
-            OrderResult::Unknown(p) => {
-                assert_eq!(p.problem.status, 503);
-                assert_eq!(p.problem.outcome_unknown, Some(true));
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn compensation_targets_everything_possibly_held() {
-        assert!(report(0, LineOutcome::Held).needs_release(false));
-        assert!(report(0, LineOutcome::Unknown).needs_release(false));
-        assert!(report(0, LineOutcome::Unavailable).needs_release(false));
-        let mut replayed = report(0, LineOutcome::Replayed);
-        replayed.status = Some(ReservationStatus::Held);
-        assert!(replayed.needs_release(false));
-        replayed.status = Some(ReservationStatus::Confirmed);
-        assert!(!replayed.needs_release(false));
-        assert!(!report(0, LineOutcome::Refused).needs_release(false));
-        assert!(!report(0, LineOutcome::Inactive).needs_release(false));
-    }
-
-    #[test]
-    fn a_reused_order_id_only_undoes_its_own_new_holds() {
-        let mut mismatch = report(0, LineOutcome::Refused);
-        mismatch.problem = Some(Problem {
-            kind: problem_type::IDEMPOTENCY_MISMATCH.to_owned(),
-            status: 422,
-            ..Problem::default()
-        });
-        assert!(mismatch.is_mismatch());
-        let mut replayed = report(1, LineOutcome::Replayed);
-        replayed.status = Some(ReservationStatus::Held);
-        assert!(!replayed.needs_release(true));
-        assert!(!report(2, LineOutcome::Unknown).needs_release(true));
-        let mut new = report(3, LineOutcome::Held);
-        assert!(new.needs_release(true));
-        new.compensation = Some(Compensation::Released);
-        match decide("o-1", vec![mismatch, replayed, new]) {
-            OrderResult::Mismatch(p) => {
-                assert_eq!(p.problem.status, 422);
-                assert_eq!(p.problem.kind, problem_type::IDEMPOTENCY_MISMATCH);
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn failure_body_lists_lines_next_to_problem_fields() {
-        let mut line = report(0, LineOutcome::Refused);
-        line.problem = Some(Problem {
-            kind: problem_type::INSUFFICIENT_STOCK.to_owned(),
-            title: "insufficient stock".to_owned(),
-            status: 409,
-            available: Some(2),
-            ..Problem::default()
-        });
-        let OrderResult::Failed(p) = decide("o-1", vec![line]) else {
-            panic!("expected failure")
-        };
-        let json = serde_json::to_value(&p).unwrap();
-        assert_eq!(json["type"], problem_type::ORDER_FAILED);
-        assert_eq!(json["status"], 409);
-        assert_eq!(json["order_id"], "o-1");
-        assert_eq!(json["lines"][0]["outcome"], "refused");
-        assert_eq!(json["lines"][0]["reservation_id"], "o-1:0");
-        assert_eq!(json["lines"][0]["problem"]["available"], 2);
-    }
-}
-
-#[cfg(test)]
-mod settlement_tests {
-    use super::*;
-    use crate::orders::line_reservation_id;
-
-    fn report(index: usize, outcome: LineOutcome) -> LineReport {
-        LineReport {
-            index,
-            sku: format!("sku-{index}").parse().unwrap(),
-            quantity: 1.try_into().unwrap(),
-            reservation_id: line_reservation_id("o-1", index),
-            outcome,
-            status: None,
-            problem: None,
-            compensation: None,
-            reservation: None,
-        }
-    }
-
-    fn refused(index: usize, status: u16) -> LineReport {
-        let mut line = report(index, LineOutcome::Refused);
-        line.problem = Some(Problem {
-            status,
-            ..Problem::default()
-        });
-        line
-    }
-
-    #[test]
-    fn a_release_that_finds_nothing_settles_only_a_definitive_reserve() {
-        // `classify_release` on a plain 404 answer is covered through `decide`: an unknown
-        // reserve compensated by a "not found" release is unsettled, a refused one is not.
-        let mut unknown = report(0, LineOutcome::Unknown);
-        unknown.compensation = Some(Compensation::Unsettled);
-        assert!(!unknown.is_settled());
-        match decide("o-1", vec![unknown, refused(1, 409)]) {
-            OrderResult::Unknown(p) => {
-                assert_eq!(p.problem.status, 503);
-                assert_eq!(p.problem.outcome_unknown, Some(true));
-            }
-            other => panic!("a line that may still be held must not fail the order: {other:?}"),
-        }
-        let mut unavailable = report(0, LineOutcome::Unavailable);
-        unavailable.compensation = Some(Compensation::Released);
-        assert!(unavailable.is_settled());
-        assert_eq!(
-            decide("o-1", vec![unavailable, refused(1, 409)]).outcome_label(),
-            "failed"
-        );
-    }
-
-    #[test]
-    fn unknown_lines_left_alone_after_a_mismatch_are_not_settled() {
-        let unknown = report(1, LineOutcome::Unknown);
-        assert!(!unknown.needs_release(true));
-        assert!(!unknown.is_settled());
-        match decide("o-1", vec![refused(0, 422), unknown]) {
-            OrderResult::Unknown(p) => assert_eq!(p.problem.outcome_unknown, Some(true)),
-            other => panic!("{other:?}"),
-        }
-        // Without the unknown line the mismatch is definitive.
-        assert_eq!(
-            decide("o-1", vec![refused(0, 422)]).outcome_label(),
-            "mismatch"
-        );
-    }
-
-    #[test]
-    fn definitive_reserve_outcomes() {
-        for o in [
-            LineOutcome::Held,
-            LineOutcome::Replayed,
-            LineOutcome::Inactive,
-            LineOutcome::Refused,
-        ] {
-            assert!(o.is_definitive(), "{o:?}");
-        }
-        for o in [LineOutcome::Unknown, LineOutcome::Unavailable] {
-            assert!(!o.is_definitive(), "{o:?}");
-        }
-    }
-}
+#[path = "decide_tests.rs"]
+mod tests;

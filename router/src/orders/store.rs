@@ -16,9 +16,11 @@
 //! socket), so the order is free for the retry; a router that is merely slow or paused keeps it,
 //! so nobody decides the order behind its back. The decision only counts if the final `COMMIT`
 //! succeeds, which proves the lock was held throughout; otherwise the answer is "not decided"
-//! (`503`, `outcome_unknown`) and the retry decides. `idle_in_transaction_session_timeout` is set
-//! well above the order's own time budget so that a router that vanished without closing its
-//! socket (host lost) does not block the order id forever.
+//! (`503`, `outcome_unknown`) and the retry decides. `idle_in_transaction_session_timeout` (two
+//! lock waits) ends the session of a router that vanished without closing its socket (host
+//! lost), so it does not block the order id forever; a live submission keeps its session from
+//! idling that long, however long it works, and stops sending the moment it may have lost the
+//! lock ([`super::lock`]).
 //!
 //! Each submission that waits holds a connection of the orders pool
 //! (`ROUTER_ORDERS_DB_POOL_SIZE`), which bounds the orders one router works on at once.
@@ -29,7 +31,8 @@ use deadpool_postgres::Pool;
 use schema::wire::{OrderRequest, Problem, ProblemType, TtlSeconds};
 use tokio_postgres::error::SqlState;
 
-use super::{OrderProblem, OrderResult};
+use super::lock::{self, KeepAlive, Tenure};
+use super::{LineIds, OrderProblem, OrderResult};
 use crate::db::{bounded, DbError};
 use crate::forward::Forwarder;
 
@@ -77,6 +80,16 @@ impl OrderStore {
         }
     }
 
+    /// The order session's idle timeout, and how it is kept from expiring ([`lock`]). Two lock
+    /// waits: long enough that a vanished router is noticed without keeping every other
+    /// submission busy for much longer than one wait.
+    fn keep_alive(&self) -> KeepAlive {
+        KeepAlive {
+            idle_timeout: self.lock_wait * 2,
+            db_timeout: self.db_timeout,
+        }
+    }
+
     /// Run or replay `order` under `order_id`, one submission at a time.
     pub async fn submit(
         &self,
@@ -91,7 +104,7 @@ impl OrderStore {
         let settings = format!(
             "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}",
             self.lock_wait.as_millis(),
-            (self.lock_wait * 2).as_millis()
+            self.keep_alive().idle_timeout.as_millis()
         );
         bounded(t, async { Ok(tx.batch_execute(&settings).await?) }).await?;
         let request =
@@ -108,7 +121,7 @@ impl OrderStore {
             .await?;
             Ok(tx
                 .query_one(
-                    "SELECT request::text, status, response_status, response::text \
+                    "SELECT request::text, status, response_status, response::text, attempts \
                        FROM orders WHERE order_id = $1 FOR UPDATE",
                     &[&order_id],
                 )
@@ -147,13 +160,39 @@ impl OrderStore {
             });
         }
 
-        let result = super::place(forwarder, order_id, order, partition_of, || async {
-            // Before releasing anything: is the lock still ours?
-            bounded(t, async { Ok(tx.query_one("SELECT 1", &[]).await?) })
-                .await
-                .is_ok()
-        })
-        .await;
+        let attempts: i32 = row.get(4);
+        let ids = if attempts > 0 {
+            bounded(t, line_ids(&tx, order_id, order.lines.len())).await?
+        } else {
+            LineIds::Namespaced
+        };
+        let result = {
+            let tenure = Tenure::default();
+            let placing = super::place(
+                forwarder,
+                order_id,
+                order,
+                ids,
+                partition_of,
+                &tenure,
+                || {
+                    // Before releasing anything: is the lock still ours?
+                    let tx = &tx;
+                    async move {
+                        bounded(t, async { Ok(tx.query_one("SELECT 1", &[]).await?) })
+                            .await
+                            .is_ok()
+                    }
+                },
+            );
+            let keeper = lock::keep_alive(&tx, &tenure, self.keep_alive());
+            tokio::pin!(placing, keeper);
+            tokio::select! {
+                result = &mut placing => result,
+                // Lost: `placing` sends nothing more and ends soon.
+                () = &mut keeper => placing.await,
+            }
+        };
 
         let (status, code, body) = match &result {
             OrderResult::Placed { body, .. } => ("placed", Some(201i16), to_json(body)),
@@ -182,6 +221,37 @@ impl OrderStore {
             }
         }
     }
+}
+
+/// The line ids to use for an order earlier attempts left undecided: the form of an earlier
+/// version ([`LineIds::Legacy`]) if that attempt left any reservation under it, so that this
+/// attempt replays and compensates those holds rather than holding the lines a second time.
+async fn line_ids(
+    tx: &deadpool_postgres::Transaction<'_>,
+    order_id: &str,
+    lines: usize,
+) -> Result<LineIds, DbError> {
+    let legacy: Vec<String> = (0..lines)
+        .map(|i| LineIds::Legacy.id(order_id, i))
+        .collect();
+    let found: bool = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM reservations WHERE reservation_id = ANY($1))",
+            &[&legacy],
+        )
+        .await?
+        .get(0);
+    if found {
+        tracing::info!(
+            order_id,
+            "finishing an order begun under the earlier line-id form"
+        );
+    }
+    Ok(if found {
+        LineIds::Legacy
+    } else {
+        LineIds::Namespaced
+    })
 }
 
 /// Same lines, and the same effective ttl (an omitted ttl is the default one, as for a single

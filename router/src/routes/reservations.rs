@@ -1,12 +1,13 @@
 //! `POST /v1/reservations`, `GET /v1/reservations/{id}`, `POST .../confirm`, `POST .../release`.
 //!
-//! A new reservation is routed by its SKU. Existing reservations are addressed by id only, so the
+//! A new reservation is routed by its SKU; an id in the order-line namespace
+//! ([`schema::wire::ORDER_LINE_PREFIX`]) is refused with `400` (only orders create those). Existing reservations are addressed by id only, so the
 //! router looks their partition up in PostgreSQL
 //! ([`schema::assignment::reservation_partition`]); an id PostgreSQL does not know is a `404`
 //! without bothering an allocator.
 
 use actix_web::{web, HttpResponse};
-use schema::wire::{ReservationId, ReserveRequest};
+use schema::wire::{is_order_line_id, reserved_id_refusal, ReservationId, ReserveRequest};
 
 use crate::db;
 use crate::error::RouterError;
@@ -19,6 +20,12 @@ pub async fn create(
     body: web::Json<ReserveRequest>,
 ) -> Result<HttpResponse, RouterError> {
     let req = body.into_inner();
+    // Order lines are placed by orders only (see `schema::wire::order_line_id`).
+    if is_order_line_id(req.reservation_id.as_str()) {
+        return Err(RouterError::InvalidRequest(reserved_id_refusal(
+            req.reservation_id.as_str(),
+        )));
+    }
     let partition = state.partition_of(&req.sku)?;
     let upstream = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
         .reservation(&req.reservation_id)

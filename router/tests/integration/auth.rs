@@ -13,18 +13,18 @@ use serde_json::json;
 
 use crate::common::{http, metric, serial, Cluster};
 
-const SHOP: &str = "shop-token-3f9a1c7e5b2d";
-const OPS: &str = "ops-token-8e6c4a2f0d1b";
-const ROUTER: &str = "router-token-7a5c3e1f9b0d";
+pub(crate) const SHOP: &str = "shop-token-3f9a1c7e5b2d";
+pub(crate) const OPS: &str = "ops-token-8e6c4a2f0d1b";
+pub(crate) const ROUTER: &str = "router-token-7a5c3e1f9b0d";
 
-fn auth_file(path: &Path, clients: &[(&str, &str, &str)]) {
+pub(crate) fn auth_file(path: &Path, clients: &[(&str, &str, &str)]) {
     let mut file = std::fs::File::create(path).expect("auth file");
     for (name, scopes, token) in clients {
         writeln!(file, "{name} {scopes} {}", hash_hex(token.as_bytes())).unwrap();
     }
 }
 
-async fn send(
+pub(crate) async fn send(
     method: reqwest::Method,
     url: &str,
     token: Option<&str>,

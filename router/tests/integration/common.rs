@@ -80,6 +80,18 @@ impl Cluster {
         allocator_env: Vec<(String, String)>,
     ) -> Cluster {
         let db_url = fresh_database(name).await.expect("create database");
+        Self::start_on(name, db_url, replicas, partitions, allocator_env).await
+    }
+
+    /// Like [`Cluster::start_with_env`], on an existing empty database (for example one on a
+    /// replicated pair, reached through a multi-host URL).
+    pub async fn start_on(
+        name: &str,
+        db_url: String,
+        replicas: usize,
+        partitions: u32,
+        allocator_env: Vec<(String, String)>,
+    ) -> Cluster {
         let status = std::process::Command::new(allocator_bin())
             .args([
                 "migrate",

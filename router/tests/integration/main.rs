@@ -2,6 +2,7 @@
 
 mod api;
 mod auth;
+mod auth_upstream;
 #[allow(dead_code)]
 mod common;
 mod failover;
@@ -9,9 +10,11 @@ mod give_up;
 mod handoff;
 mod hostile_input;
 mod openapi;
+mod order_lock;
 mod order_races;
 mod orders;
 mod prometheus;
 mod request_id;
 mod routing;
+mod storage_failover;
 mod ui;

@@ -10,10 +10,10 @@ use schema::wire::{PartitionMap, Reservation, ReservationStatus};
 use serde_json::{json, Value};
 use testkit::{ProxyMode, TcpProxy};
 
-const PARTITIONS: u32 = 8;
+pub(crate) const PARTITIONS: u32 = 8;
 
 /// A SKU on a partition owned by `owner`.
-fn sku_owned_by(map: &PartitionMap, owner: &str, prefix: &str) -> String {
+pub(crate) fn sku_owned_by(map: &PartitionMap, owner: &str, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
         .find(|sku| owner_of(map, partition_for(sku, PARTITIONS)).as_deref() == Some(owner))
@@ -21,9 +21,19 @@ fn sku_owned_by(map: &PartitionMap, owner: &str, prefix: &str) -> String {
 }
 
 /// Two allocators, `slow` behind a proxy and `fast` direct, sharing the partitions.
-async fn two_owner_cluster(name: &str) -> (Cluster, TcpProxy, PartitionMap) {
+pub(crate) async fn two_owner_cluster(name: &str) -> (Cluster, TcpProxy, PartitionMap) {
+    two_owner_cluster_with(name, Vec::new()).await
+}
+
+/// [`two_owner_cluster`] with extra environment for the `slow` allocator only.
+async fn two_owner_cluster_with(
+    name: &str,
+    slow_env: Vec<(String, String)>,
+) -> (Cluster, TcpProxy, PartitionMap) {
     let mut cluster = Cluster::start(name, 0, PARTITIONS).await;
+    cluster.allocator_env = slow_env;
     let proxy = cluster.spawn_allocator_behind_proxy("slow");
+    cluster.allocator_env = Vec::new();
     cluster.spawn_allocator("fast");
     let map = cluster
         .wait_map(Duration::from_secs(30), |m| {
@@ -33,7 +43,7 @@ async fn two_owner_cluster(name: &str) -> (Cluster, TcpProxy, PartitionMap) {
     (cluster, proxy, map)
 }
 
-async fn order(base: &str, order_id: &str, lines: &Value) -> (u16, Value) {
+pub(crate) async fn order(base: &str, order_id: &str, lines: &Value) -> (u16, Value) {
     let response = http()
         .post(format!("{base}/v1/orders/{order_id}/reservations"))
         .json(&json!({ "lines": lines }))
@@ -93,7 +103,7 @@ async fn a_reserve_landing_after_its_release_never_hides_behind_a_definite_409()
     let mut exercised = 0;
     for round in 0..ROUNDS {
         let order_id = format!("late-{round}");
-        let slow_line = format!("{order_id}:0");
+        let slow_line = schema::wire::order_line_id(&order_id, 0);
         // The reserve to the slow owner is read by the proxy and held for DELAY; everything
         // sent after the switch back (the release) passes at once.
         proxy.set_mode(ProxyMode::Delay(DELAY));
@@ -201,7 +211,7 @@ async fn one_order_through_two_routers_is_decided_once() {
         if !placed.is_empty() {
             placed_rounds += 1;
             for index in 0..2 {
-                let id = format!("{order_id}:{index}");
+                let id = schema::wire::order_line_id(&order_id, index);
                 let r = reservation(&patient.url, &id).await;
                 assert_eq!(
                     r.as_ref().map(|r| r.status),
@@ -215,4 +225,132 @@ async fn one_order_through_two_routers_is_decided_once() {
     println!("{placed_rounds} of {ROUNDS} rounds placed");
     impatient.stop().await;
     patient.stop().await;
+}
+
+/// The reservation's status as PostgreSQL has it (`None` when the id is unknown).
+pub(crate) async fn status_in_db(cluster: &Cluster, id: &str) -> Option<String> {
+    cluster
+        .db()
+        .await
+        .query_opt(
+            "SELECT status FROM reservations WHERE reservation_id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// Submit `order_id` until it is decided (anything but `503`), waiting `pause` between tries.
+async fn until_decided(base: &str, order_id: &str, lines: &Value, pause: Duration) -> (u16, Value) {
+    let mut answer = order(base, order_id, lines).await;
+    for _ in 0..8 {
+        if answer.0 != 503 {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+        answer = order(base, order_id, lines).await;
+    }
+    answer
+}
+
+/// A line's first reserve attempt commits but its answer times out; the retry of that attempt is
+/// answered `429` by the owner's per-client limit. A `429` says nothing about what an earlier
+/// attempt did, so the line must be compensated like an unknown one: once the order is decided,
+/// no line of it may stay held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_after_a_timed_out_reserve_leaves_nothing_of_a_failed_order_held() {
+    const DELAY: Duration = Duration::from_millis(1000);
+    /// Tokens per second of the slow owner's limit, and its burst.
+    const RATE: f64 = 0.5;
+    let _serial = serial().await;
+    let env = |k: &str, v: String| (k.to_owned(), v);
+    let (cluster, proxy, map) = two_owner_cluster_with(
+        "orders_429",
+        vec![
+            env("ALLOCATOR_CLIENT_RATE", RATE.to_string()),
+            env("ALLOCATOR_CLIENT_BURST", "2".to_owned()),
+        ],
+    )
+    .await;
+    let router = cluster
+        .router(|c| {
+            // Attempts time out well before the proxy delivers the answer; the retry is sent
+            // after the first attempt has landed (backoff 0.5–1 s), within the deadline.
+            c.allocator_request_timeout = Duration::from_millis(350);
+            c.upstream_request_timeout = Duration::from_millis(600);
+            c.backoff_base = Duration::from_millis(1000);
+            c.backoff_max = Duration::from_millis(1000);
+            c.retry_deadline = Duration::from_secs(4);
+        })
+        .await;
+    let slow_sku = sku_owned_by(&map, "slow", "limit-slow");
+    let fast_sku = sku_owned_by(&map, "fast", "limit-fast");
+    cluster.restock(&router.url, &slow_sku, 10).await;
+    cluster.restock(&router.url, &fast_sku, 10).await;
+    let lines = json!([{"sku": slow_sku, "quantity": 1}, {"sku": fast_sku, "quantity": 1}]);
+    let refill = Duration::from_secs_f64(2.0 / RATE + 0.5);
+
+    // A full bucket of two, minus one: the first attempt takes the last token, its retry none.
+    tokio::time::sleep(refill).await;
+    let slow = &cluster.allocators[0];
+    assert_eq!(slow.id, "slow");
+    let probe = http()
+        .get(format!(
+            "http://127.0.0.1:{}/v1/inventory/{slow_sku}",
+            slow.port
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(probe.status(), 200);
+
+    proxy.set_mode(ProxyMode::Delay(DELAY));
+    let submitted = tokio::spawn({
+        let (base, lines) = (router.url.clone(), lines.clone());
+        async move { order(&base, "limited-1", &lines).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_mode(ProxyMode::Pass);
+    let (status, body) = submitted.await.unwrap();
+    println!("first answer: {status} {body}");
+    assert_eq!(
+        body["lines"][0]["problem"]["status"], 429,
+        "the scenario needs the retry refused by the limit: {body}"
+    );
+
+    // Whatever the first answer, retried (after the bucket refills) until it is decided.
+    let (status, body) = if status == 503 {
+        until_decided(&router.url, "limited-1", &lines, refill).await
+    } else {
+        (status, body)
+    };
+    assert_eq!(status, 409, "{body}");
+    let line_ids: Vec<String> = body["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["reservation_id"].as_str().unwrap().to_owned())
+        .collect();
+    for id in &line_ids {
+        let state = status_in_db(&cluster, id).await;
+        assert_ne!(
+            state.as_deref(),
+            Some("held"),
+            "{id} of the failed order is still held: {body}"
+        );
+    }
+    // Read from the database: the slow owner's limit would refuse another request.
+    let available: i64 = cluster
+        .db()
+        .await
+        .query_one(
+            "SELECT available FROM inventory WHERE sku = $1",
+            &[&slow_sku],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(available, 10);
+    router.stop().await;
 }

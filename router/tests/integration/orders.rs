@@ -2,7 +2,9 @@
 //! compensation, retries converging, and an order "resumed" after a router died mid-way.
 
 use crate::common::{http, serial, Cluster};
-use schema::wire::{problem_type, Reservation, ReservationStatus, ReserveRequest};
+use schema::wire::{
+    problem_type, Reservation, ReservationStatus, ReserveRequest, HEADER_ORDER_LINE,
+};
 use serde_json::{json, Value};
 use testkit::ApiClient;
 
@@ -33,6 +35,17 @@ fn line_hold(reservation_id: &str, sku: &str, quantity: i64) -> ReserveRequest {
         quantity: quantity.try_into().expect("valid quantity"),
         ttl_seconds: None,
     }
+}
+
+/// The URL of the allocator owning `sku`'s partition.
+async fn owner_url(cluster: &Cluster, sku: &str) -> String {
+    let map = cluster.map().await;
+    let partition = schema::partition::partition_for(sku, map.partition_count);
+    map.partitions
+        .iter()
+        .find(|p| p.partition == partition)
+        .and_then(|p| p.owner_url.clone())
+        .expect("an owner")
 }
 
 async fn status_in_db(cluster: &Cluster, id: &str) -> Option<String> {
@@ -68,7 +81,7 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
         .iter()
         .map(|r| r.reservation_id.as_str())
         .collect();
-    assert_eq!(ids, ["o-1:0", "o-1:1"]);
+    assert_eq!(ids, ["order:o-1:0", "order:o-1:1"]);
     assert!(reservations
         .iter()
         .all(|r| r.status == ReservationStatus::Held));
@@ -108,11 +121,11 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(available(base, "apple").await, 8);
     assert_eq!(available(base, "plum").await, 5);
     assert_eq!(
-        status_in_db(&cluster, "o-2:0").await.as_deref(),
+        status_in_db(&cluster, "order:o-2:0").await.as_deref(),
         Some("released")
     );
     assert_eq!(
-        status_in_db(&cluster, "o-2:2").await.as_deref(),
+        status_in_db(&cluster, "order:o-2:2").await.as_deref(),
         Some("rejected")
     );
 
@@ -146,9 +159,19 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(available(base, "plum").await, 5);
 
     // 7. A router that died mid-order: line 0 was reserved, nothing else happened. The client
-    //    retries the order (through any router) and it converges to a complete order.
-    let line0 = router.api.reserve(&line_hold("o-5:0", "plum", 2)).await;
-    assert_eq!(line0.status, 201);
+    //    retries the order (through any router) and it converges to a complete order. (Line 0 is
+    //    reserved as a router does it: at its owner, marked as an order line.)
+    let line0 = http()
+        .post(format!(
+            "{}/v1/reservations",
+            owner_url(&cluster, "plum").await
+        ))
+        .header(HEADER_ORDER_LINE, "true")
+        .json(&line_hold("order:o-5:0", "plum", 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(line0.status(), 201);
     let other_router = cluster.router(|_| {}).await;
     let (status, replayed, body) = order(
         &other_router.url,
@@ -187,16 +210,16 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["type"], problem_type::IDEMPOTENCY_MISMATCH);
     assert_eq!(body["lines"], json!([]));
-    assert_eq!(status_in_db(&cluster, "o-5:2").await, None);
+    assert_eq!(status_in_db(&cluster, "order:o-5:2").await, None);
     assert_eq!(available(base, "plum").await, 3);
     assert_eq!(available(base, "apple").await, 7);
     assert_eq!(
-        status_in_db(&cluster, "o-5:1").await.as_deref(),
+        status_in_db(&cluster, "order:o-5:1").await.as_deref(),
         Some("held")
     );
 
-    // 9. A line id already taken by a reservation with another payload (reserved directly under
-    //    that id): 422, the other reservation is left alone, this order's new hold is released.
+    // 9. A reservation made directly under the id a line had before order lines got their own
+    //    namespace collides with nothing: the order is placed.
     let direct = router.api.reserve(&line_hold("o-6:0", "plum", 1)).await;
     assert_eq!(direct.status, 201);
     let (status, _, body) = order(
@@ -205,18 +228,105 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
         json!([{"sku": "plum", "quantity": 2}, {"sku": "apple", "quantity": 1}]),
     )
     .await;
-    assert_eq!(status, 422, "{body}");
-    assert_eq!(body["lines"][0]["problem"]["status"], 422);
-    assert!(body["lines"][0].get("compensation").is_none(), "{body}");
-    assert_eq!(body["lines"][1]["outcome"], "held");
-    assert_eq!(body["lines"][1]["compensation"], "released");
-    assert_eq!(available(base, "plum").await, 2);
-    assert_eq!(available(base, "apple").await, 7);
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(available(base, "plum").await, 0);
+    assert_eq!(available(base, "apple").await, 6);
     assert_eq!(
         status_in_db(&cluster, "o-6:0").await.as_deref(),
         Some("held")
     );
 
     other_router.stop().await;
+    router.stop().await;
+}
+
+/// An order stored undecided by an earlier attempt (here: under the line ids routers used before
+/// order lines had a namespace of their own): line 0 was held by that attempt, and line 1's id is
+/// taken by another client with another payload. The order is refused (`422`) and the other
+/// client's reservation stays, but the order's own hold must not: a replayed hold of an order
+/// whose stored request matched is the order's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_colliding_line_never_strands_the_orders_own_holds() {
+    let _serial = serial().await;
+    let cluster = Cluster::start("orders_collide", 2, 8).await;
+    let router = cluster.router(|_| {}).await;
+    let base = &router.url;
+    cluster.restock(base, "plum", 5).await;
+    cluster.restock(base, "apple", 5).await;
+    let lines = json!([{"sku": "plum", "quantity": 2}, {"sku": "apple", "quantity": 1}]);
+    cluster
+        .db()
+        .await
+        .execute(
+            "INSERT INTO orders (order_id, request, attempts) VALUES ($1, $2::text::jsonb, 1)",
+            &[&"o-old", &json!({ "lines": lines }).to_string()],
+        )
+        .await
+        .unwrap();
+    // What the earlier attempt left: line 0 held under its line id.
+    let earlier = router.api.reserve(&line_hold("o-old:0", "plum", 2)).await;
+    assert_eq!(earlier.status, 201);
+    // Another client's reservation under line 1's id, with another payload.
+    let other = router.api.reserve(&line_hold("o-old:1", "apple", 3)).await;
+    assert_eq!(other.status, 201);
+
+    let (status, _, body) = order(base, "o-old", lines).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["type"], problem_type::IDEMPOTENCY_MISMATCH, "{body}");
+    assert_eq!(body["lines"][1]["problem"]["status"], 422, "{body}");
+    assert_ne!(
+        status_in_db(&cluster, "o-old:0").await.as_deref(),
+        Some("held"),
+        "the order's own hold was stranded: {body}"
+    );
+    assert_eq!(available(base, "plum").await, 5);
+    assert_eq!(
+        status_in_db(&cluster, "o-old:1").await.as_deref(),
+        Some("held"),
+        "the other client's reservation is not the order's to release"
+    );
+    assert_eq!(available(base, "apple").await, 2);
+    router.stop().await;
+}
+
+/// Order line ids live in a namespace of their own: a single reservation cannot take one, through
+/// a router or directly at an allocator, so no client can occupy a line of someone's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_reservations_cannot_take_an_order_line_id() {
+    let _serial = serial().await;
+    let cluster = Cluster::start("orders_namespace", 1, 2).await;
+    let router = cluster.router(|_| {}).await;
+    cluster.restock(&router.url, "kiwi", 5).await;
+    let direct = cluster.allocators[0].url.clone();
+    for base in [router.url.as_str(), direct.as_str()] {
+        let response = http()
+            .post(format!("{base}/v1/reservations"))
+            .json(&json!({"reservation_id": "order:o-9:0", "sku": "kiwi", "quantity": 1}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, 400, "{base}: {body}");
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(body["type"], problem_type::INVALID_REQUEST, "{body}");
+        assert!(
+            body["detail"].as_str().unwrap().contains("order:"),
+            "the answer names the reserved prefix: {body}"
+        );
+    }
+    assert_eq!(available(&router.url, "kiwi").await, 5);
+    // The order itself holds its line under that id.
+    let (status, _, body) =
+        order(&router.url, "o-9", json!([{"sku": "kiwi", "quantity": 1}])).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["reservations"][0]["reservation_id"], "order:o-9:0");
+    // Reading, confirming and releasing a line by its id stays open to the client.
+    let got = router.api.reservation("order:o-9:0").await;
+    assert_eq!(got.status, 200);
     router.stop().await;
 }

@@ -55,6 +55,23 @@ const FAULT_ONLY: &[(&str, &str)] = &[
         "only when a paused former settlement holder writes after a takeover",
     ),
     (
+        "allocator_storage_refusals_total",
+        "only when a configured database server is behind, foreign or not serving \
+         (storage_failover.rs revives an old primary)",
+    ),
+    (
+        "router_storage_refusals_total",
+        "only when a configured database server is behind, foreign or not serving",
+    ),
+    (
+        "allocator_storage_read_only_connects_total",
+        "only when a connection attempt meets a standby (a replicated database)",
+    ),
+    (
+        "router_storage_read_only_connects_total",
+        "only when a connection attempt meets a standby (a replicated database)",
+    ),
+    (
         "allocator_lease_renew_failures_total",
         "only when a renewal fails or is ambiguous (database errors); a SIGSTOP makes the \
          replica skip renewals rather than fail them",

@@ -258,3 +258,132 @@ async fn the_operations_page_shows_a_failover() {
     browser.quit().await;
     router.stop().await;
 }
+
+/// With authentication on, the overview needs a token with the `reserve` scope (it names every
+/// owner's and replica's URL and the settlement totals), while `/ui`, `/docs` and `/openapi.json`
+/// stay open. The page asks for a token, keeps it in the tab's session storage only, and draws
+/// the cluster with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_authentication_on_the_operations_page_asks_for_a_token() {
+    use std::io::Write;
+    const READER: &str = "ops-reader-token-51c2e8a0";
+    const ADMIN_ONLY: &str = "admin-only-token-0b7d3f94";
+    if Browser::binaries().expect("browser binaries").is_none() {
+        eprintln!(
+            "SKIPPED with_authentication_on_the_operations_page_asks_for_a_token: chromium or \
+             chromedriver is missing; under CI=true this test fails instead"
+        );
+        return;
+    }
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let auth = dir.path().join("router-auth");
+    let mut file = std::fs::File::create(&auth).unwrap();
+    for (name, scopes, token) in [("ops", "reserve", READER), ("adm", "admin", ADMIN_ONLY)] {
+        let hash = access::table::hash_hex(token.as_bytes());
+        writeln!(file, "{name} {scopes} {hash}").unwrap();
+    }
+    drop(file);
+    let cluster = Cluster::start("ui-auth", 2, PARTITIONS).await;
+    let router = cluster
+        .router(|c| c.access.auth_file = Some(auth.clone()))
+        .await;
+    let client = crate::common::http();
+    let get = |path: &str, token: Option<&str>| {
+        let mut request = client.get(format!("{}{path}", router.url));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.expect("request").status().as_u16() }
+    };
+    assert_eq!(get("/v1/cluster/overview", None).await, 401);
+    assert_eq!(get("/v1/cluster/overview", Some(ADMIN_ONLY)).await, 403);
+    assert_eq!(get("/v1/cluster/overview", Some(READER)).await, 200);
+    for open in ["/ui", "/docs", "/openapi.json", "/healthz"] {
+        assert_eq!(get(open, None).await, 200, "{open} stays open");
+    }
+
+    let browser = Browser::start(1400, 900).await.expect("start chromium");
+    let page = format!("{}/ui", router.url);
+    browser.goto(&page).await.expect("load /ui");
+    let form = r#"
+        const form = document.getElementById("auth");
+        return {
+            state: document.getElementById("status").dataset.state,
+            asking: !!form && !form.hidden,
+            reason: form ? form.dataset.reason : null,
+            updates: Number(document.body.dataset.updates || 0),
+            owners: Array.from(document.querySelectorAll("tr[data-partition]"))
+                .filter((r) => r.dataset.owner).length,
+            session: sessionStorage.getItem("cluster-ui-token"),
+            local: localStorage.length,
+        };
+    "#;
+    let wait = |what: &'static str, done: fn(&Value) -> bool| {
+        let browser = &browser;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let state = browser.execute(form, vec![]).await.expect("read DOM");
+                if done(&state) {
+                    return state;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "page never showed {what}: {state:#}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let submit = r#"
+        document.getElementById("token").value = arguments[0];
+        document.getElementById("auth").requestSubmit();
+    "#;
+    let asked = wait("the token form", |s| {
+        s["asking"] == true && s["state"] == "auth"
+    })
+    .await;
+    assert_eq!(
+        asked["updates"], 0,
+        "nothing drawn without a token: {asked:#}"
+    );
+    assert_eq!(asked["owners"], 0, "{asked:#}");
+
+    browser
+        .execute(submit, vec![json!("not-a-token")])
+        .await
+        .expect("submit");
+    let refused = wait("the refusal", |s| {
+        s["asking"] == true && s["reason"] == "refused"
+    })
+    .await;
+    assert_eq!(
+        refused["session"],
+        Value::Null,
+        "a refused token is forgotten: {refused:#}"
+    );
+
+    browser
+        .execute(submit, vec![json!(READER)])
+        .await
+        .expect("submit");
+    let drawn = wait("the cluster", |s| {
+        s["state"] == "ok" && s["owners"] == PARTITIONS && s["asking"] == false
+    })
+    .await;
+    assert_eq!(drawn["session"], READER, "{drawn:#}");
+    assert_eq!(
+        drawn["local"], 0,
+        "nothing is kept beyond the tab: {drawn:#}"
+    );
+
+    // The tab keeps the token across a reload; nothing has to be entered again.
+    browser.goto(&page).await.expect("reload /ui");
+    wait("the cluster after a reload", |s| {
+        s["state"] == "ok" && s["owners"] == PARTITIONS && s["asking"] == false
+    })
+    .await;
+    browser.quit().await;
+    router.stop().await;
+}

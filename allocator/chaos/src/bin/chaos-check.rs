@@ -87,11 +87,15 @@ fn run(dir: &Path) -> Result<bool, String> {
 }
 
 fn main() -> ExitCode {
+    const USAGE: &str =
+        "usage: chaos-check DIR   (DIR holds history.jsonl and dump.json of a chaos run)";
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() != 1 || args[0] == "-h" || args[0] == "--help" {
-        eprintln!(
-            "usage: chaos-check DIR   (DIR holds history.jsonl and dump.json of a chaos run)"
-        );
+    if args.len() == 1 && (args[0] == "-h" || args[0] == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if args.len() != 1 {
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     }
     match run(&PathBuf::from(&args[0])) {

@@ -33,6 +33,8 @@ pub struct Op {
     pub request: Value,
     pub status: Option<i64>,
     pub outcome: Outcome,
+    /// When the client had the answer (wall-clock ms since the Unix epoch), if recorded.
+    pub complete_wall_ms: Option<i64>,
 }
 
 impl Op {
@@ -47,12 +49,36 @@ impl Op {
             request: v["request"].clone(),
             status,
             outcome: Outcome::of(status),
+            complete_wall_ms: v["complete_wall_ms"].as_i64(),
         })
     }
 
     pub(super) fn id(&self, field: &str) -> &str {
         self.request[field].as_str().unwrap_or("")
     }
+
+    /// The (sku, quantity) of each line of an order request.
+    pub(super) fn order_lines(&self) -> Vec<(String, i64)> {
+        lines_of(&self.request)
+    }
+}
+
+/// The (sku, quantity) of each line of an order request (`{"lines": [{sku, quantity}]}`).
+fn lines_of(request: &Value) -> Vec<(String, i64)> {
+    request["lines"]
+        .as_array()
+        .map(|lines| {
+            lines
+                .iter()
+                .map(|l| {
+                    (
+                        l["sku"].as_str().unwrap_or_default().to_owned(),
+                        l["quantity"].as_i64().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A ledger row as dumped.
@@ -69,20 +95,63 @@ pub struct LedgerRow {
     pub epoch: i64,
     /// `written_at` in microseconds since the Unix epoch.
     pub written_us: i64,
+    /// `recorded_at` (its transaction's start, what settlement windows are cut by), in µs.
+    pub recorded_us: i64,
+}
+
+/// A reservation as dumped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub sku: String,
+    pub quantity: i64,
+    pub status: String,
+}
+
+/// An order as stored by the routers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    /// `pending`, `placed`, `failed` or `refused`.
+    pub status: String,
+    /// (sku, quantity) per line of the stored request.
+    pub lines: Vec<(String, i64)>,
+}
+
+/// One settlement run (window), times in microseconds since the Unix epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub start_us: i64,
+    pub end_us: i64,
+    pub status: String,
+    pub reservations: Option<i64>,
+    pub quantity: Option<i64>,
+}
+
+/// One `settlements` row: a window's total for one SKU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub start_us: i64,
+    pub sku: String,
+    pub quantity: i64,
+    pub reservations: i64,
 }
 
 /// The final state of the database, as dumped.
 #[derive(Debug, Clone, Default)]
 pub struct Dump {
-    /// sku → (partition, [on_hand, available, held, confirmed]).
+    /// sku → [on_hand, available, held, confirmed].
     pub inventory: BTreeMap<String, [i64; 4]>,
-    /// reservation id → (sku, quantity, status).
-    pub reservations: HashMap<String, (String, i64, String)>,
+    pub reservations: HashMap<String, Reservation>,
     pub ledger: Vec<LedgerRow>,
     /// adjustment id → (sku, delta, status).
     pub adjustments: HashMap<String, (String, i64, String)>,
+    pub orders: HashMap<String, Order>,
     /// partition → (epoch, acquired_us), one per recorded epoch.
     pub lease_history: HashMap<i64, Vec<(i64, i64)>>,
+    pub runs: Vec<Run>,
+    pub settlements: Vec<Settled>,
+    /// First ledger entry whose write time and epoch history are recorded (migration V6); rows
+    /// below it predate the lease history. `None` in a dump without it: every row counts.
+    pub history_from_entry: Option<i64>,
 }
 
 fn field_i64(v: &Value, k: &str) -> Result<i64, String> {
@@ -102,6 +171,11 @@ fn rows<'a>(v: &'a Value, table: &str) -> Result<&'a Vec<Value>, String> {
         .ok_or_else(|| format!("dump has no array {table:?}"))
 }
 
+/// Tables added to the dump after the first runs: absent means empty.
+fn optional_rows<'a>(v: &'a Value, table: &str) -> &'a [Value] {
+    v[table].as_array().map_or(&[], Vec::as_slice)
+}
+
 impl Dump {
     pub fn from_json(v: &Value) -> Result<Dump, String> {
         let mut dump = Dump::default();
@@ -119,14 +193,15 @@ impl Dump {
         for r in rows(v, "reservations")? {
             dump.reservations.insert(
                 field_str(r, "reservation_id")?,
-                (
-                    field_str(r, "sku")?,
-                    field_i64(r, "quantity")?,
-                    field_str(r, "status")?,
-                ),
+                Reservation {
+                    sku: field_str(r, "sku")?,
+                    quantity: field_i64(r, "quantity")?,
+                    status: field_str(r, "status")?,
+                },
             );
         }
         for r in rows(v, "ledger")? {
+            let written_us = field_i64(r, "written_us")?;
             dump.ledger.push(LedgerRow {
                 entry_id: field_i64(r, "entry_id")?,
                 sku: field_str(r, "sku")?,
@@ -141,7 +216,8 @@ impl Dump {
                     field_i64(r, "d_confirmed")?,
                 ],
                 epoch: field_i64(r, "epoch")?,
-                written_us: field_i64(r, "written_us")?,
+                written_us,
+                recorded_us: r["recorded_us"].as_i64().unwrap_or(written_us),
             });
         }
         for r in rows(v, "adjustments")? {
@@ -154,6 +230,15 @@ impl Dump {
                 ),
             );
         }
+        for r in rows(v, "orders")? {
+            dump.orders.insert(
+                field_str(r, "order_id")?,
+                Order {
+                    status: field_str(r, "status")?,
+                    lines: lines_of(&r["request"]),
+                },
+            );
+        }
         for r in rows(v, "lease_history")? {
             // The settlement job's lease has no partition; its term fences other tables.
             let Some(p) = r["partition"].as_i64() else {
@@ -164,6 +249,27 @@ impl Dump {
                 .or_default()
                 .push((field_i64(r, "epoch")?, field_i64(r, "acquired_us")?));
         }
+        for r in optional_rows(v, "settlement_runs") {
+            dump.runs.push(Run {
+                start_us: field_i64(r, "start_us")?,
+                end_us: field_i64(r, "end_us")?,
+                status: field_str(r, "status")?,
+                reservations: r["reservations"].as_i64(),
+                quantity: r["quantity"].as_i64(),
+            });
+        }
+        for r in optional_rows(v, "settlements") {
+            dump.settlements.push(Settled {
+                start_us: field_i64(r, "start_us")?,
+                sku: field_str(r, "sku")?,
+                quantity: field_i64(r, "quantity")?,
+                reservations: field_i64(r, "reservations")?,
+            });
+        }
+        dump.history_from_entry = optional_rows(v, "history_horizon")
+            .first()
+            .map(|r| field_i64(r, "first_entry_id"))
+            .transpose()?;
         Ok(dump)
     }
 }

@@ -95,6 +95,11 @@ impl PgServer {
                 "-c",
                 "shared_buffers=64MB",
             ])
+            .args(
+                self.settings
+                    .iter()
+                    .flat_map(|(name, value)| ["-c".to_owned(), format!("{name}={value}")]),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("duplicating log handle")?)
             .stderr(log);

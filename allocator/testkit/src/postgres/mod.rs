@@ -24,6 +24,9 @@
 //! postmaster (as the right user) live in [`launch`].
 
 mod launch;
+mod replication;
+
+pub use self::replication::{ReplicatedPg, Replication};
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -84,6 +87,9 @@ pub struct PgServer {
     /// Whether the tree is currently frozen; every shutdown path resumes it first because a
     /// stopped process cannot act on a shutdown signal.
     paused: AtomicBool,
+    /// Server settings passed as `-c name=value` after the defaults (so they win), on every
+    /// launch: a replicated server needs durable commits and WAL senders.
+    settings: Vec<(String, String)>,
     /// Owns the temporary directory. Declared last so it is removed only after `Drop::drop` has
     /// killed the server.
     tmp: TempDir,
@@ -93,6 +99,14 @@ impl PgServer {
     /// Creates a fresh cluster in a temporary directory and starts it on a free port, returning
     /// once it accepts connections (at most 30 s; the error includes the server log tail).
     pub async fn start() -> Result<PgServer> {
+        let mut server = PgServer::create(Vec::new()).await?;
+        server.initdb().await?;
+        server.launch_on_free_port().await?;
+        Ok(server)
+    }
+
+    /// A server in a new temporary directory, not yet initialised or running.
+    async fn create(settings: Vec<(String, String)>) -> Result<PgServer> {
         let bin_dir = pg_bin_dir()?;
         let run_as = server_user()?;
         let tmp = tempfile::Builder::new()
@@ -108,7 +122,7 @@ impl PgServer {
                     .with_context(|| format!("chown {} to postgres", dir.display()))?;
             }
         }
-        let mut server = PgServer {
+        Ok(PgServer {
             port: 0,
             bin_dir,
             run_as,
@@ -119,15 +133,19 @@ impl PgServer {
             postmaster_id: None,
             last_pid: 0,
             paused: AtomicBool::new(false),
+            settings,
             tmp,
-        };
-        server.initdb().await?;
+        })
+    }
 
+    /// Launches the server on a free port, trying another one when the chosen port was taken in
+    /// the meantime.
+    async fn launch_on_free_port(&mut self) -> Result<()> {
         let mut last_err = None;
         for _ in 0..PORT_ATTEMPTS {
-            server.port = free_port();
-            match server.launch().await {
-                Ok(()) => return Ok(server),
+            self.port = free_port();
+            match self.launch().await {
+                Ok(()) => return Ok(()),
                 Err(LaunchError::PortInUse(e)) => last_err = Some(e),
                 Err(LaunchError::Other(e)) => return Err(e),
             }
@@ -292,7 +310,8 @@ impl PgServer {
         Ok(())
     }
 
-    fn url_for(&self, db: &str) -> String {
+    /// Connection URL of database `db` on this server.
+    pub fn url_for(&self, db: &str) -> String {
         format!(
             "postgres://postgres@127.0.0.1:{}/{}",
             self.port,

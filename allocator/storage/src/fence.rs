@@ -1,0 +1,254 @@
+//! The process-wide fence: what this process knows of the cluster, applied to every server it
+//! connects to, kept fresh by a prober that reads every configured host once per interval.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_postgres::config::Host;
+use tokio_postgres::{Config, NoTls};
+
+use crate::identity::{self, Known, ServerIdentity, Verdict};
+
+/// Metric names, declared in each service's `metrics.rs` (they are a contract with the alerts).
+#[derive(Debug, Clone, Copy)]
+pub struct MetricNames {
+    /// Counter, label `cause` (`behind`, `foreign`, `not_serving`): connection attempts that
+    /// reached a server the fence refused.
+    pub refusals: &'static str,
+    /// Counter: connection attempts that reached a read-only server (a standby) while looking
+    /// for the primary.
+    pub read_only_connects: &'static str,
+    /// Gauge: configured servers that accept writes but are behind the newest position — a
+    /// revived old primary clients can reach. Anything above 0 needs the HA manager's attention.
+    pub stale_writable_servers: &'static str,
+    /// Gauge: the newest timeline and generation known.
+    pub timeline: &'static str,
+    pub generation: &'static str,
+    /// Gauge: the primary's largest standby replay lag (`pg_stat_replication.replay_lag`).
+    pub replication_lag: &'static str,
+    /// Gauge: the primary's synchronous standbys; 0 means acknowledged commits exist only on the
+    /// primary.
+    pub sync_standbys: &'static str,
+}
+
+/// How the fence behaves in one service.
+#[derive(Debug, Clone)]
+pub struct FenceSettings {
+    pub metrics: MetricNames,
+    /// How often every configured host is read.
+    pub probe_interval: Duration,
+    /// Bound on connecting to and reading one host.
+    pub probe_timeout: Duration,
+    /// Stamp a new generation on a primary found on a newer timeline than its stamp (the
+    /// allocator does; the router only reads).
+    pub stamp: bool,
+    /// `application_name` of the prober's sessions.
+    pub application_name: String,
+}
+
+/// What one process knows of its database cluster. Shared by all its pools.
+pub struct StorageFence {
+    base: Config,
+    hosts: Vec<(String, Config)>,
+    known: Mutex<Known>,
+    /// When the known position last rose: a pooled connection made before may lead to a
+    /// superseded server and is not used again.
+    raised_at: Mutex<Option<Instant>>,
+    settings: FenceSettings,
+}
+
+impl std::fmt::Debug for StorageFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageFence")
+            .field(
+                "hosts",
+                &self.hosts.iter().map(|h| &h.0).collect::<Vec<_>>(),
+            )
+            .field("known", &self.known)
+            .finish()
+    }
+}
+
+impl StorageFence {
+    /// A fence for the servers `database_url` names (one or several hosts).
+    pub fn new(database_url: &str, settings: FenceSettings) -> anyhow::Result<Arc<StorageFence>> {
+        let base: Config = database_url
+            .parse()
+            .map_err(|e| anyhow::anyhow!("parsing the database url: {e}"))?;
+        let hosts = single_host_configs(&base);
+        if hosts.is_empty() {
+            anyhow::bail!("the database url names no host");
+        }
+        let mut probe_base = base.clone();
+        probe_base.application_name(&settings.application_name);
+        probe_base.connect_timeout(settings.probe_timeout);
+        Ok(Arc::new(StorageFence {
+            hosts: single_host_configs(&probe_base),
+            base,
+            known: Mutex::new(Known::default()),
+            raised_at: Mutex::new(None),
+            settings,
+        }))
+    }
+
+    /// The parsed URL, for pools to add their own session settings to.
+    pub fn config(&self) -> &Config {
+        &self.base
+    }
+
+    pub(crate) fn settings(&self) -> &FenceSettings {
+        &self.settings
+    }
+
+    /// Judges `server` (reached as `host`) and learns from it; `report` counts and logs a
+    /// refusal or a read-only server (connection attempts do, the prober reports changes only).
+    pub(crate) fn judge(&self, server: &ServerIdentity, host: &str, report: bool) -> Verdict {
+        let (verdict, raised, position) = {
+            let mut known = self.known.lock().expect("fence lock");
+            let (verdict, raised) = known.judge(server);
+            (verdict, raised, known.position())
+        };
+        let names = &self.settings.metrics;
+        if raised {
+            *self.raised_at.lock().expect("fence lock") = Some(Instant::now());
+            metrics::gauge!(names.timeline).set(position.0 as f64);
+            metrics::gauge!(names.generation).set(position.1 as f64);
+            tracing::info!(
+                host,
+                timeline = position.0,
+                generation = position.1,
+                "storage fence: newest cluster position"
+            );
+        }
+        if report {
+            match verdict {
+                Verdict::Refused(cause) => {
+                    metrics::counter!(names.refusals, "cause" => cause.label()).increment(1);
+                    tracing::warn!(
+                        host,
+                        cause = cause.label(),
+                        server_timeline = server.timeline,
+                        server_generation = server.position().1,
+                        known_timeline = position.0,
+                        known_generation = position.1,
+                        "storage fence refused a server: {cause}"
+                    );
+                }
+                Verdict::ReadOnly => metrics::counter!(names.read_only_connects).increment(1),
+                Verdict::Writable => {}
+            }
+        }
+        verdict
+    }
+
+    /// Whether a connection made at `created` predates the newest known position.
+    pub fn superseded(&self, created: Instant) -> bool {
+        self.raised_at
+            .lock()
+            .expect("fence lock")
+            .is_some_and(|raised| created < raised)
+    }
+
+    /// The configured hosts as single-host configurations with `config`'s session settings.
+    pub(crate) fn hosts_of(config: &Config) -> Vec<(String, Config)> {
+        single_host_configs(config)
+    }
+
+    /// Reads every configured host once, all at once (at start, before any pool connects, so a
+    /// process that comes up while an old primary is reachable again still learns the newest
+    /// position from the other hosts).
+    pub async fn probe_all(&self) -> Vec<Option<(ServerIdentity, Verdict)>> {
+        let rounds = self.hosts.iter().map(|(label, config)| async move {
+            let read = tokio::time::timeout(self.settings.probe_timeout, async {
+                let (client, connection) = config.connect(NoTls).await?;
+                let driver = tokio::spawn(connection);
+                let identity = identity::read(&client).await;
+                drop(client);
+                let _ = driver.await;
+                identity
+            })
+            .await;
+            match read {
+                Ok(Ok(server)) => {
+                    let verdict = self.judge(&server, label, false);
+                    Some((server, verdict))
+                }
+                _ => None,
+            }
+        });
+        futures::future::join_all(rounds).await
+    }
+
+    /// Probes every host each `probe_interval` until `stop` resolves, keeping one session per
+    /// host; sets the stale-server and replication gauges and logs each host's verdict when it
+    /// changes.
+    pub fn spawn_prober(
+        self: &Arc<Self>,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        let fence = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop => {}
+                _ = crate::probe::run(fence) => {}
+            }
+        })
+    }
+
+    pub(crate) fn host_list(&self) -> &[(String, Config)] {
+        &self.hosts
+    }
+}
+
+/// One configuration per host of `config`, each with the host's port and every session setting
+/// of `config`, and no `target_session_attrs`: the fence reads each server's role itself.
+fn single_host_configs(config: &Config) -> Vec<(String, Config)> {
+    let ports = config.get_ports();
+    config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = match ports.len() {
+                0 => 5432,
+                1 => ports[0],
+                _ => ports.get(i).copied().unwrap_or(5432),
+            };
+            let mut one = Config::new();
+            let label = match host {
+                Host::Tcp(name) => {
+                    one.host(name);
+                    format!("{name}:{port}")
+                }
+                Host::Unix(path) => {
+                    one.host_path(path);
+                    format!("{}:{port}", path.display())
+                }
+            };
+            one.port(port);
+            if let Some(user) = config.get_user() {
+                one.user(user);
+            }
+            if let Some(password) = config.get_password() {
+                one.password(password);
+            }
+            if let Some(db) = config.get_dbname() {
+                one.dbname(db);
+            }
+            if let Some(options) = config.get_options() {
+                one.options(options);
+            }
+            if let Some(name) = config.get_application_name() {
+                one.application_name(name);
+            }
+            if let Some(timeout) = config.get_connect_timeout() {
+                one.connect_timeout(*timeout);
+            }
+            one.ssl_mode(config.get_ssl_mode());
+            one.keepalives(config.get_keepalives());
+            one.keepalives_idle(config.get_keepalives_idle());
+            (label, one)
+        })
+        .collect()
+}
