@@ -104,6 +104,8 @@ private_pg_opts() {
         opts+=" -c fsync=off -c full_page_writes=off"
         [[ "${CLUSTER_PG_STANDBY:-}" == sync ]] || opts+=" -c synchronous_commit=off"
     fi
+    # Extra server settings, e.g. shared_preload_libraries=pg_stat_statements for a benchmark.
+    opts+="${CLUSTER_PG_OPTIONS:+ $CLUSTER_PG_OPTIONS}"
     printf '%s\n' "$opts"
 }
 

@@ -113,9 +113,11 @@ impl Application {
             pool.clone(),
             CommitSettings {
                 lanes: config.commit_lanes,
+                min_lanes: config.min_commit_lanes,
                 max_partitions: config.group_max_partitions.get(),
                 max_commands: config.batch_max.get().saturating_mul(4),
                 pool_wait: config.pool_wait,
+                set_based_reserves: config.set_based_reserves,
             },
         );
         let workers = Arc::new(WorkerContext {

@@ -106,15 +106,20 @@ pub struct ServeArgs {
     /// wait turns it into a quick `503` for that partition instead of a stalled queue.
     #[arg(long, env = "ALLOCATOR_LOCK_TIMEOUT_MS", default_value_t = 500)]
     pub lock_timeout_ms: u64,
-    /// Concurrent group-commit transactions (each uses one pooled connection while it runs).
-    /// Default: the number of CPUs, at most the pool size. Fewer lanes make larger groups, and
-    /// every batch statement has a fixed cost that a larger group shares; more lanes than cores
-    /// only add contention.
+    /// Most concurrent group-commit transactions (each uses one pooled connection while it runs).
+    /// How many run adapts to the load, from the number of CPUs up to this: more while
+    /// statements stay quick and batches wait, fewer (so larger groups share each statement's
+    /// fixed cost) when the database slows down. Default: half the pool size.
     #[arg(long, env = "ALLOCATOR_COMMIT_LANES")]
     pub commit_lanes: Option<usize>,
     /// Most partitions whose ready batches share one transaction; 1 turns group commit off.
     #[arg(long, env = "ALLOCATOR_GROUP_MAX_PARTITIONS", default_value_t = 32)]
     pub group_max_partitions: usize,
+
+    /// Write groups of plain reserves (new ids, enough stock) with one set-based statement
+    /// instead of the procedural batch function; `false` sends every group through the function.
+    #[arg(long, env = "ALLOCATOR_SET_BASED_RESERVES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub set_based_reserves: bool,
 
     /// Most commands one partition transaction may carry.
     #[arg(long, env = "ALLOCATOR_BATCH_MAX", default_value_t = 64)]
@@ -196,7 +201,11 @@ pub struct AllocatorConfig {
     pub idle_in_transaction_timeout: Duration,
     pub lock_timeout: Duration,
     pub commit_lanes: NonZeroUsize,
+    /// Group-commit transactions allowed at once however busy the database is: the CPU count,
+    /// at most `commit_lanes`.
+    pub min_commit_lanes: NonZeroUsize,
     pub group_max_partitions: NonZeroUsize,
+    pub set_based_reserves: bool,
     pub batch_max: NonZeroUsize,
     pub queue_capacity: NonZeroUsize,
     pub request_timeout: Duration,
@@ -279,11 +288,9 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
         let pool_size = non_zero(args.pool_size, POOL_SIZE)?;
         let commit_lanes = match args.commit_lanes {
             Some(lanes) => non_zero(lanes, COMMIT_LANES)?,
-            // More lanes than cores only add contention, and a lane beyond the pool size could
-            // never get a connection while the others run.
-            None => std::thread::available_parallelism()
-                .unwrap_or(NonZeroUsize::MIN)
-                .min(pool_size),
+            // Half the pool: the other half serves reads and a lane's statement that was given
+            // up (its connection is discarded).
+            None => NonZeroUsize::new(pool_size.get() / 2).unwrap_or(NonZeroUsize::MIN),
         };
         let config = AllocatorConfig {
             database_url: args.database_url,
@@ -303,7 +310,11 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
             idle_in_transaction_timeout: ms(args.idle_in_transaction_timeout_ms),
             lock_timeout: ms(args.lock_timeout_ms),
             commit_lanes,
+            min_commit_lanes: std::thread::available_parallelism()
+                .unwrap_or(NonZeroUsize::MIN)
+                .min(commit_lanes),
             group_max_partitions: non_zero(args.group_max_partitions, GROUP_MAX_PARTITIONS)?,
+            set_based_reserves: args.set_based_reserves,
             batch_max: non_zero(args.batch_max, BATCH_MAX)?,
             queue_capacity: non_zero(args.queue_capacity, QUEUE_CAPACITY)?,
             request_timeout: ms(args.request_timeout_ms),

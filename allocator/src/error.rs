@@ -9,6 +9,12 @@ pub const SQLSTATE_STALE_TERM: &str = "FA010";
 /// SQLSTATE raised by `apply_fenced_batch` when a new id was inserted concurrently; nothing was
 /// written and the batch can run again (the id then replays).
 pub const SQLSTATE_CONCURRENT_ID: &str = "FA004";
+/// SQLSTATE raised by `apply_fenced_batch` for a group that names a partition twice (two tenures
+/// of one partition in one statement); nothing was written.
+pub const SQLSTATE_DUPLICATE_PARTITION: &str = "FA005";
+/// SQLSTATE of the set-based reserve statement aborting itself because a row changed between its
+/// decision and its write; nothing was written and the group runs through `apply_fenced_batch`.
+pub const SQLSTATE_FAST_PATH_ABORTED: &str = "FA006";
 
 /// What a database error means to the allocator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

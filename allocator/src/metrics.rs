@@ -28,6 +28,14 @@ pub const GROUP_PARTITIONS: &str = "allocator_group_partitions";
 /// Queued commands dropped because their caller had already given up.
 pub const ABANDONED_COMMANDS: &str = "allocator_abandoned_commands_total";
 pub const DB_TRANSACTION_DURATION: &str = "allocator_db_transaction_duration_seconds";
+/// Group statements the commit lanes may run at once right now: it rises while statements stay
+/// quick and batches wait, and falls when the database slows down (DESIGN.md §6).
+pub const COMMIT_CONCURRENCY: &str = "allocator_commit_concurrency";
+/// Fenced batch statements by `path`: `set` (the set-based reserve statement wrote the group),
+/// `fallback` (it could not decide every reserve and wrote nothing), `function`
+/// (`apply_fenced_batch`, after a fallback or for groups that are not plain reserves). A high
+/// `fallback` rate means the set-based statement mostly costs a wasted round trip.
+pub const BATCH_STATEMENTS: &str = "allocator_batch_statements_total";
 pub const EXPIRED_HOLDS: &str = "allocator_expired_holds_total";
 pub const LIVE_REPLICAS: &str = "allocator_live_replicas";
 pub const PROCESS_STALLS: &str = "allocator_process_stalls_total";

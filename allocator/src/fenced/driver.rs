@@ -1,6 +1,8 @@
-//! The transaction driver: encoding a group of partition batches as the arrays
-//! `apply_fenced_batch` takes, running it as one statement, and decoding its one-row-per-command
-//! answer back into [`Outcome`]s.
+//! The transaction driver: running a group of partition batches as one statement — the
+//! set-based reserve statement ([`fast`]) when the group is only plain reserves and it can decide
+//! them all, `apply_fenced_batch` otherwise — encoding the group as the arrays the function takes
+//! and decoding its one-row-per-command answer back into [`Outcome`]s. Either way one statement
+//! commits, so the group's answers are those of one transaction.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::ClientWrapper;
@@ -8,9 +10,11 @@ use tokio_postgres::Row;
 
 use super::adjustments::adjustment_from_answer;
 use super::command::{Command, Outcome};
+use super::fast;
 use super::fence::{malformed, Fence, FencedError};
 use super::reservations::{reservation_from_answer, status_from_stored};
 use crate::error::SQLSTATE_CONCURRENT_ID;
+use crate::metrics as m;
 
 const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity, o_expires,
                             o_epoch, o_partition, o_available, o_on_hand, o_detail
@@ -57,6 +61,29 @@ pub async fn apply_group(
     };
     let replica_id = first.fence.replica_id.as_str();
     debug_assert!(group.iter().all(|b| b.fence.replica_id == replica_id));
+    // The negative control disables the fence in the function only, so it never takes the
+    // set-based statement.
+    if !crate::negative_control::enabled() && fast::eligible(group) {
+        if let Some(results) = fast::reserve_group(client, group).await? {
+            metrics::counter!(m::BATCH_STATEMENTS, "path" => "set").increment(1);
+            return Ok(results);
+        }
+        metrics::counter!(m::BATCH_STATEMENTS, "path" => "fallback").increment(1);
+    }
+    apply_function(client, group).await
+}
+
+/// Run a group through `apply_fenced_batch` alone, whatever it holds: what [`apply_group`] does
+/// when the set-based statement does not apply, and the reference it is tested against.
+pub async fn apply_function(
+    client: &ClientWrapper,
+    group: &[PartitionBatch<'_>],
+) -> Result<Vec<Result<Vec<Outcome>, FencedError>>, FencedError> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let replica_id = first.fence.replica_id.as_str();
+    metrics::counter!(m::BATCH_STATEMENTS, "path" => "function").increment(1);
     let arrays = Arrays::encode(group);
     let sql = if crate::negative_control::enabled() {
         APPLY_UNFENCED

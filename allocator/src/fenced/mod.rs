@@ -30,6 +30,8 @@
 //! * [`command`] — the command protocol: [`Command`]s in, one [`Outcome`] each.
 //! * [`fence`] — the [`Fence`] a transaction runs under and the [`FencedError`]s it can end in.
 //! * [`driver`] — one statement per group of partition batches: encoding, retry, decoding.
+//! * [`fast`] — the set-based statement that writes groups of plain reserves without the
+//!   procedural function, falling back to it for everything else.
 //! * [`reservations`] — the stored status mapping and the one reservation reader.
 //! * `adjustments` — decoding restocks and shrinks.
 //! * [`ledger`] — [`StockDelta`], the unit of the append-only stock ledger.
@@ -40,12 +42,13 @@
 mod adjustments;
 pub mod command;
 pub mod driver;
+pub mod fast;
 pub mod fence;
 pub mod ledger;
 pub mod reservations;
 
 pub use command::{Command, Outcome};
-pub use driver::{apply_group, fenced_transaction, PartitionBatch};
+pub use driver::{apply_function, apply_group, fenced_transaction, PartitionBatch};
 pub use fence::{Fence, FencedError};
 pub use ledger::StockDelta;
 pub use reservations::{read_reservation, ReadError, ReservationRecord};

@@ -8,6 +8,7 @@ mod batch_equivalence;
 mod common;
 mod config;
 mod failover;
+mod fast_path;
 mod fencing;
 mod hardening;
 mod lifecycle;

@@ -2,11 +2,17 @@
 //!
 //! Every partition worker hands its batch to the committer and waits for the answer, so a
 //! partition never has more than one batch in flight and its commands stay in arrival order.
-//! A few *lanes* (one database connection each at a time) take whatever batches are ready and
-//! run them as one `apply_fenced_batch` statement: under spread traffic, where each partition's
-//! batch holds one or two commands, this turns many small commits into one, which is what the
-//! commit path of a durable PostgreSQL is bound by. A lane never waits to fill a group: an idle
-//! system commits a lone batch at once.
+//! *Lanes* (one database connection each while a statement runs) take whatever batches are ready
+//! and run them as one statement (the set-based reserve statement or `apply_fenced_batch`, see
+//! [`crate::fenced`]): under spread traffic, where each partition's batch holds one or two
+//! commands, this turns many small commits into one. A lane never waits to fill a group: a batch
+//! that finds a lane free runs at once, alone if nothing else is queued.
+//!
+//! How many statements run at once adapts to the load ([`concurrency`]): between the CPU count
+//! and the number of lanes, growing while statements stay quick and batches wait for a lane,
+//! shrinking when statements slow down because the database is busy. So at ordinary load a lone
+//! batch never waits behind another statement, and under load batches queue and share fewer,
+//! larger statements, whose fixed cost is what a busy database saves on.
 //!
 //! One tenure per partition per group. A batch waits in the queue while its partition's tenure may
 //! end (a stall, a refused renewal) and the partition be taken again, by this replica too: the
@@ -32,8 +38,13 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
+mod concurrency;
+
+use self::concurrency::{Concurrency, Slots};
 use crate::authority::{PartitionAuthority, Withheld};
-use crate::fenced::{apply_group, Command, Fence, FencedError, Outcome, PartitionBatch};
+use crate::fenced::{
+    apply_function, apply_group, Command, Fence, FencedError, Outcome, PartitionBatch,
+};
 use crate::lease::FenceToken;
 use crate::metrics as m;
 
@@ -52,6 +63,15 @@ pub struct Submission {
     /// Taken by a lane or withdrawn by the worker, exactly once.
     pub claim: Arc<Claim>,
     pub reply: oneshot::Sender<Result<Vec<Outcome>, CommitError>>,
+}
+
+impl Submission {
+    fn batch(&self) -> PartitionBatch<'_> {
+        PartitionBatch {
+            fence: &self.fence,
+            commands: &self.commands,
+        }
+    }
 }
 
 /// Who decides a queued batch's fate: the lane that takes it (it may run) or the worker that
@@ -97,14 +117,20 @@ pub enum CommitError {
 
 #[derive(Debug, Clone, Copy)]
 pub struct CommitSettings {
-    /// Concurrent group transactions (each holds one pooled connection while it runs).
+    /// Most concurrent group transactions (each holds one pooled connection while it runs).
     pub lanes: std::num::NonZeroUsize,
+    /// Concurrent group transactions allowed however busy the database is (see
+    /// [`concurrency`]); at most `lanes`.
+    pub min_lanes: std::num::NonZeroUsize,
     /// Most partitions in one group; 1 turns group commit off.
     pub max_partitions: usize,
     /// Most commands in one group, so one statement stays short.
     pub max_commands: usize,
     /// Longest wait for a pooled connection.
     pub pool_wait: Duration,
+    /// Write groups of plain reserves with the set-based statement ([`crate::fenced::fast`]);
+    /// off, every group goes through `apply_fenced_batch`.
+    pub set_based_reserves: bool,
 }
 
 /// Handle for submitting batches; cheap to clone.
@@ -118,12 +144,18 @@ impl Committer {
     pub fn spawn(pool: Pool, settings: CommitSettings) -> (Self, Vec<JoinHandle<()>>) {
         let (sender, receiver) = mpsc::channel(4096);
         let receiver = Arc::new(Mutex::new(receiver));
+        let slots = Arc::new(Slots::new(Concurrency::new(
+            settings.min_lanes.get(),
+            settings.lanes.get(),
+        )));
+        metrics::gauge!(m::COMMIT_CONCURRENCY).set(settings.min_lanes.get() as f64);
         let lanes = (0..settings.lanes.get())
             .map(|_| {
                 let lane = Lane {
                     pool: pool.clone(),
                     settings,
                     receiver: receiver.clone(),
+                    slots: slots.clone(),
                 };
                 tokio::spawn(lane.run())
             })
@@ -141,6 +173,8 @@ struct Lane {
     pool: Pool,
     settings: CommitSettings,
     receiver: Arc<Mutex<mpsc::Receiver<Submission>>>,
+    /// Shared by the lanes: how many statements may run now.
+    slots: Arc<Slots>,
 }
 
 impl Lane {
@@ -154,10 +188,14 @@ impl Lane {
                     let Some(next) = receiver.recv().await else {
                         return;
                     };
+                    // Beyond the concurrency limit, wait with the queue held: what arrives
+                    // meanwhile joins this group.
+                    self.slots.acquire().await;
                     // A withdrawn batch was answered by its worker; it never runs.
                     if next.claim.take() {
                         break next;
                     }
+                    self.slots.cancel();
                 };
                 if first.solo {
                     alone.push(first);
@@ -185,12 +223,15 @@ impl Lane {
                     }
                 }
             }
+            let started = Instant::now();
             if !group.is_empty() {
                 self.commit(group).await;
             }
             for submission in alone {
                 self.commit(vec![submission]).await;
             }
+            let limit = self.slots.release(started.elapsed());
+            metrics::gauge!(m::COMMIT_CONCURRENCY).set(limit as f64);
         }
     }
 
@@ -213,6 +254,25 @@ impl Lane {
         let (group, Some(deadline)) = (live, deadline) else {
             return;
         };
+        // Batches of plain reserves go to the set-based statement; a group that also carries
+        // other commands (a sweep, a confirm) is split so they do not drag the reserves into the
+        // procedural function. Nothing the two statements decide depends on the other's.
+        if group.len() > 1 && self.settings.set_based_reserves {
+            let separable = {
+                let batches: Vec<PartitionBatch<'_>> =
+                    group.iter().map(Submission::batch).collect();
+                crate::fenced::fast::separable(&batches)
+            };
+            if separable.contains(&true) && separable.contains(&false) {
+                let (reserves, rest): (Vec<_>, Vec<_>) = group
+                    .into_iter()
+                    .zip(separable)
+                    .partition(|(_, separable)| *separable);
+                Box::pin(self.commit(reserves.into_iter().map(|(s, _)| s).collect())).await;
+                Box::pin(self.commit(rest.into_iter().map(|(s, _)| s).collect())).await;
+                return;
+            }
+        }
         metrics::histogram!(m::GROUP_PARTITIONS).record(group.len() as f64);
         let started = Instant::now();
         let result = self.run_statement(&group, deadline).await;
@@ -257,14 +317,14 @@ impl Lane {
                 reason: format!("no database connection: {e}"),
                 outcome_unknown: false,
             })?;
-        let batches: Vec<PartitionBatch<'_>> = group
-            .iter()
-            .map(|s| PartitionBatch {
-                fence: &s.fence,
-                commands: &s.commands,
-            })
-            .collect();
-        let work = apply_group(&client, &batches);
+        let batches: Vec<PartitionBatch<'_>> = group.iter().map(Submission::batch).collect();
+        let work = async {
+            if self.settings.set_based_reserves {
+                apply_group(&client, &batches).await
+            } else {
+                apply_function(&client, &batches).await
+            }
+        };
         match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), work).await {
             Ok(result) => result.map_err(CommitError::from),
             Err(_) => {
