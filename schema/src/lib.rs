@@ -12,12 +12,15 @@
 //!   partition lookup (feature `postgres`, like [`migrate`]).
 //! * [`settlement`]: the settlement job's status (feature `postgres`).
 //! * [`hint`]: the assignment change hints published on Redis, and their channel.
+//! * [`events`]: the change events (the ledger as an outbox) and their JSON Schemas; reading
+//!   them from PostgreSQL with feature `postgres`.
 //!
 //! The crate has no HTTP server, pool or Redis client in it, so a consumer that only needs the
 //! types (the load generator) does not compile the allocator's runtime.
 
 #[cfg(feature = "postgres")]
 pub mod assignment;
+pub mod events;
 pub mod hint;
 #[cfg(feature = "postgres")]
 pub mod migrate;

@@ -122,6 +122,19 @@ async fn initialise_locked(
             &[&SETTLEMENT_LEASE],
         )
         .await?;
+    // Each partition's ledger position counter and relay progress (V12, V13): written by the
+    // fenced batch and the relay, which only update them.
+    client
+        .batch_execute(
+            "INSERT INTO ledger_positions (partition, last_position)
+             SELECT partition, 0 FROM leases WHERE partition IS NOT NULL
+             ON CONFLICT (partition) DO NOTHING;
+             INSERT INTO event_relay_progress (stream)
+             SELECT 'partition/' || partition FROM leases WHERE partition IS NOT NULL
+             UNION ALL SELECT 'settlement'
+             ON CONFLICT (stream) DO NOTHING;",
+        )
+        .await?;
     Ok(MigrationReport {
         applied,
         partition_count,

@@ -22,6 +22,10 @@
 //! `apply_fenced_batch`, which decides every case (replays, mismatches, refusals, unknown SKUs) in
 //! arrival order. Those cases are rare, so the common one pays for no lookups before it writes.
 //! A partition whose fence fails is answered stale, as by the function, and writes nothing.
+//!
+//! Ledger rows are numbered as the function numbers them (`V12__ledger_positions.sql`): the
+//! partition's counter in `ledger_positions` is raised by the group's row count in the same
+//! statement, and the rows take the positions after the old value in command order.
 
 use std::collections::HashMap;
 
@@ -67,11 +71,19 @@ res AS (
       FROM cmd AS c
      WHERE c.id IS NOT NULL
  RETURNING reservation_id, expires_at),
+numbered AS (
+    UPDATE ledger_positions AS p
+       SET last_position = p.last_position + n.n
+      FROM (SELECT c.part, count(*) AS n FROM cmd AS c WHERE c.id IS NOT NULL GROUP BY c.part) AS n
+     WHERE p.partition = n.part
+ RETURNING p.partition, p.last_position - n.n AS base),
 led AS (
     INSERT INTO ledger (sku, partition, kind, reservation_id, d_on_hand, d_available, d_held,
-                        d_confirmed, epoch)
-    SELECT c.sku, c.part, 'reserve', c.id, 0, -c.qty, c.qty, 0, c.epoch
+                        d_confirmed, epoch, position)
+    SELECT c.sku, c.part, 'reserve', c.id, 0, -c.qty, c.qty, 0, c.epoch,
+           b.base + row_number() OVER (PARTITION BY c.part ORDER BY c.ord)
       FROM cmd AS c
+      LEFT JOIN numbered AS b ON b.partition = c.part
      WHERE c.id IS NOT NULL
  RETURNING 1),
 verdict AS (
