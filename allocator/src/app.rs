@@ -18,7 +18,7 @@ use crate::hints::HintPublisher;
 use crate::lease::state::LeaseTiming;
 use crate::replica::manager::{LeaseManager, ManagerSettings};
 use crate::replica::ownership::Ownership;
-use crate::settlement::{self, SettlementSettings};
+use crate::settlement::{self, RelaySettings, SettlementSettings};
 use crate::worker::WorkerContext;
 use storage::StorageFence;
 
@@ -151,6 +151,18 @@ impl Application {
             ready_tx,
         );
         let manager_task = manager.start(shutdown.clone());
+        let relay =
+            config
+                .events
+                .as_ref()
+                .zip(config.redis_url.as_ref())
+                .map(|(events, redis_url)| RelaySettings {
+                    redis_url: redis_url.clone(),
+                    batch: events.batch.get(),
+                    max_len: events.max_len.get(),
+                    interval: events.interval,
+                });
+        let job_connections = if relay.is_some() { 3 } else { 2 };
         let settlement_task = settlement::spawn(
             SettlementSettings {
                 holder_id: config.replica_id.clone(),
@@ -163,7 +175,7 @@ impl Application {
             build_fenced_pool(
                 &fence,
                 &PoolSettings {
-                    size: 2,
+                    size: job_connections,
                     wait: timing.renew_interval / 2,
                     lock_timeout: timing.renew_interval / 2,
                     application_name: format!("allocator:{}:settlement", config.replica_id),
@@ -171,6 +183,7 @@ impl Application {
                 },
             )?,
             Arc::new(SystemClock),
+            relay,
             shutdown.clone(),
         );
 

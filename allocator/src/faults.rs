@@ -47,3 +47,25 @@ pub async fn before_settle() {
         }
     }
 }
+
+/// Environment variable naming a pause, in milliseconds, between the event relay's first
+/// acknowledged Redis append and its progress update (feature `fault-hooks`): a relay killed
+/// there has published entries the database does not know were published.
+pub const RELAY_PAUSE_ENV: &str = "ALLOCATOR_FAULT_RELAY_PAUSE_MS";
+
+/// Called by the event relay between Redis's answer and recording progress.
+pub async fn before_relay_progress() {
+    #[cfg(feature = "fault-hooks")]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static PAUSED_ONCE: AtomicBool = AtomicBool::new(false);
+        let pause = std::env::var(RELAY_PAUSE_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(ms) = pause {
+            if !PAUSED_ONCE.swap(true, Ordering::Relaxed) {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+        }
+    }
+}

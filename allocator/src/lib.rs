@@ -18,6 +18,9 @@
 //!    adjustments, ledger.
 //! 7. [`lease`] — the pure lease state machine, the lease SQL and the [`lease::FenceToken`].
 //!
+//! Beside the replica layer: [`settlement`] (the singleton job) and [`events`] (the change-event
+//! relay it runs under its lease).
+//!
 //! Beside them: [`app`] wires everything together; [`clock`], [`config`], [`db`], [`error`],
 //! [`faults`], [`hints`], [`metrics`], [`signals`] and [`telemetry`] are leaves.
 pub mod api;
@@ -29,6 +32,7 @@ pub mod config;
 pub mod db;
 pub mod dispatch;
 pub mod error;
+pub mod events;
 pub mod faults;
 pub mod fenced;
 pub mod hints;

@@ -124,6 +124,21 @@ pub const JOB_WINDOW_SECONDS: &str = "allocator_job_window_seconds";
 /// Writes of an older term that the database refused (a paused or cut-off former holder).
 pub const JOB_STALE_TERM_REJECTIONS: &str = "allocator_job_stale_term_rejections_total";
 
+// The change-event relay (DESIGN.md §14), exported by the replica that runs it.
+/// Ledger rows and settled windows committed but not yet acknowledged by Redis, all streams.
+pub const EVENTS_LAG_ENTRIES: &str = "allocator_events_relay_lag_entries";
+/// Age (database clock) of the oldest entry the relay had yet to publish when it last looked;
+/// 0 when it was caught up.
+pub const EVENTS_LAG_SECONDS: &str = "allocator_events_relay_lag_seconds";
+/// Entries appended to Redis streams, by `stream` kind (`partition`, `settlement`); a
+/// republish after a Redis restart counts again.
+pub const EVENTS_PUBLISHED: &str = "allocator_events_published_total";
+/// Streams found missing or behind in Redis (a restart without persistence) and republished
+/// from the database.
+pub const EVENTS_REPUBLISHES: &str = "allocator_events_republishes_total";
+/// Relay rounds that failed, by `cause` (`redis`, `database`, `stale_term`).
+pub const EVENTS_RELAY_FAILURES: &str = "allocator_events_relay_failures_total";
+
 /// How often histogram samples are folded into their buckets. Bounds the buffered samples to
 /// what arrives in this period (about 0.5 MB at 1.3k requests/s), scraped or not.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::store;
 use crate::clock::Clock;
 use crate::error::{classify, describe, DbFailure};
+use crate::events::{self, RelaySettings, TermSource};
 use crate::lease::state::{Authority, LeaseState, LeaseTiming, LossCause};
 use crate::metrics as m;
 
@@ -48,10 +49,13 @@ struct Job {
 
 /// Start the job's tasks; the handle finishes after `shutdown` fired and a held lease was
 /// released (so a peer takes over at its next campaign, not after a TTL).
+///
+/// With `relay`, the change-event relay (DESIGN.md §14) runs under the same lease and term.
 pub fn spawn(
     settings: SettlementSettings,
     pool: Pool,
     clock: Arc<dyn Clock>,
+    relay: Option<RelaySettings>,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
     metrics::gauge!(m::JOB_WINDOW_SECONDS, "job" => JOB).set(settings.window.as_secs_f64());
@@ -66,9 +70,13 @@ pub fn spawn(
         let stop = CancellationToken::new();
         let watchdog = tokio::spawn(job.clone().watchdog(stop.clone()));
         let runner = tokio::spawn(job.clone().runner(stop.clone()));
+        let relay = relay.and_then(|relay| job.clone().spawn_relay(relay, stop.clone()));
         job.keeper(shutdown).await;
         stop.cancel();
         let _ = tokio::join!(watchdog, runner);
+        if let Some(relay) = relay {
+            let _ = relay.await;
+        }
         job.release().await;
     })
 }
@@ -76,6 +84,26 @@ pub fn spawn(
 impl Job {
     fn state(&self) -> LeaseState {
         *self.lease.lock().expect("job lease lock")
+    }
+
+    /// The relay asks for the term before every round, as the runner does before every window.
+    fn spawn_relay(
+        self: Arc<Self>,
+        relay: RelaySettings,
+        stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        let job = self.clone();
+        let term: TermSource = Arc::new(move || match job.state().authority(job.clock.now()) {
+            Authority::Granted { epoch, .. } => Some(epoch),
+            _ => None,
+        });
+        match events::spawn(relay, self.pool.clone(), term, stop) {
+            Ok(task) => Some(task),
+            Err(error) => {
+                tracing::error!(%error, "event relay not started");
+                None
+            }
+        }
     }
 
     fn set_state(&self, state: LeaseState) {

@@ -25,4 +25,5 @@
 mod job;
 pub mod store;
 
+pub use crate::events::RelaySettings;
 pub use job::{spawn, SettlementSettings};

@@ -7,6 +7,8 @@ mod batch_equivalence;
 #[allow(dead_code)]
 mod common;
 mod config;
+mod events;
+mod events_support;
 mod failover;
 mod fast_path;
 mod fencing;

@@ -216,7 +216,11 @@ mod tests {
 
     #[test]
     fn stream_names_round_trip() {
-        for s in [Stream::Partition(0), Stream::Partition(63), Stream::Settlement] {
+        for s in [
+            Stream::Partition(0),
+            Stream::Partition(63),
+            Stream::Settlement,
+        ] {
             assert_eq!(Stream::parse(&s.name()), Some(s));
         }
         assert_eq!(Stream::parse("partition/x"), None);
@@ -226,7 +230,9 @@ mod tests {
 
     #[test]
     fn every_ledger_kind_has_a_documented_type() {
-        for kind in ["reserve", "confirm", "release", "expire", "restock", "shrink"] {
+        for kind in [
+            "reserve", "confirm", "release", "expire", "restock", "shrink",
+        ] {
             let t = ledger_event_type(kind).expect("known kind");
             assert!(SCHEMAS.iter().any(|(name, _)| *name == t), "{t}");
         }

@@ -3,9 +3,7 @@
 
 use tokio_postgres::{GenericClient, Row};
 
-use super::{
-    ledger_event_type, Delta, Event, LedgerEvent, SettlementEvent, Stream, EVENT_VERSION,
-};
+use super::{ledger_event_type, Delta, Event, LedgerEvent, SettlementEvent, Stream, EVENT_VERSION};
 
 const LEDGER_COLUMNS: &str = "l.partition, l.position, l.kind, l.epoch, l.sku, l.reservation_id,
      l.adjustment_id, l.d_on_hand, l.d_available, l.d_held, l.d_confirmed, l.recorded_at";
