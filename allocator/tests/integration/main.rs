@@ -8,6 +8,7 @@ mod batch_equivalence;
 mod common;
 mod config;
 mod events;
+mod events_faults;
 mod events_support;
 mod failover;
 mod fast_path;
