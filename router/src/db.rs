@@ -100,6 +100,22 @@ pub async fn settlement_status(
     .await
 }
 
+/// One page of a change-event stream, read like any allocator reads it.
+pub async fn events(
+    pool: &Pool,
+    timeout: Duration,
+    query: schema::events::EventQuery,
+) -> Result<Vec<schema::events::Event>, DbError> {
+    bounded(timeout, async {
+        let client = pool.get().await?;
+        Ok(
+            schema::events::read::stream_after(&**client, query.stream, query.after, query.limit)
+                .await?,
+        )
+    })
+    .await
+}
+
 /// Bound a database operation by `timeout`, as a [`DbError::Timeout`].
 pub(crate) async fn bounded<T>(
     timeout: Duration,

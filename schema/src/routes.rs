@@ -65,6 +65,7 @@ pub const RESERVE_ORDER: Route =
     route("POST", "/v1/orders/{order_id}/reservations", Served::Router);
 pub const PARTITIONS: Route = route("GET", "/v1/partitions", Served::Both);
 pub const SETTLEMENT_STATUS: Route = route("GET", "/v1/jobs/settlement", Served::Both);
+pub const EVENTS: Route = route("GET", "/v1/events", Served::Both);
 pub const HEALTHZ: Route = route("GET", "/healthz", Served::Both);
 pub const READYZ: Route = route("GET", "/readyz", Served::Both);
 pub const METRICS: Route = route("GET", "/metrics", Served::Both);
@@ -88,6 +89,7 @@ pub const ALL: &[Route] = &[
     RESERVE_ORDER,
     PARTITIONS,
     SETTLEMENT_STATUS,
+    EVENTS,
     HEALTHZ,
     READYZ,
     METRICS,
@@ -161,6 +163,8 @@ pub const ACCESS: &[(Route, Access)] = &[
     (RESERVE_ORDER, Access::Requires(Scope::Reserve)),
     (PARTITIONS, Access::Requires(Scope::Reserve)),
     (SETTLEMENT_STATUS, Access::Requires(Scope::Reserve)),
+    // Every SKU's movements, whatever namespaces a client is confined to: the operators' scope.
+    (EVENTS, Access::Requires(Scope::Admin)),
     (HEALTHZ, Access::Open),
     (READYZ, Access::Open),
     (METRICS, Access::Open),
@@ -202,6 +206,7 @@ pub const SKU_IN: &[(Route, SkuIn)] = &[
     (RESERVE_ORDER, SkuIn::OrderBody),
     (PARTITIONS, SkuIn::Nowhere),
     (SETTLEMENT_STATUS, SkuIn::Nowhere),
+    (EVENTS, SkuIn::Nowhere),
     (HEALTHZ, SkuIn::Nowhere),
     (READYZ, SkuIn::Nowhere),
     (METRICS, SkuIn::Nowhere),

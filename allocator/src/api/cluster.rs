@@ -1,4 +1,5 @@
-//! Cluster endpoints: ownership map, health, readiness, metrics.
+//! Cluster endpoints: ownership map, settlement status, change events, health, readiness,
+//! metrics.
 
 use std::time::Duration;
 
@@ -6,6 +7,7 @@ use actix_web::{web, HttpResponse};
 
 use super::{ApiError, AppState};
 use schema::assignment;
+use schema::events::EventQuery;
 
 pub async fn partitions(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let client = state.pool.get().await?;
@@ -19,6 +21,21 @@ pub async fn settlement(state: web::Data<AppState>) -> Result<HttpResponse, ApiE
     let client = state.pool.get().await?;
     let status = schema::settlement::read_status(&**client).await?;
     Ok(HttpResponse::Ok().json(status))
+}
+
+/// One page of a change-event stream, read from the database: what a consumer that fell behind
+/// Redis (or started after its streams were trimmed) reads to fill its gap (DESIGN.md §14).
+pub async fn events(
+    state: web::Data<AppState>,
+    request: actix_web::HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query = EventQuery::parse(request.query_string(), state.partition_count)
+        .map_err(ApiError::InvalidRequest)?;
+    let client = state.pool.get().await?;
+    let events =
+        schema::events::read::stream_after(&**client, query.stream, query.after, query.limit)
+            .await?;
+    Ok(HttpResponse::Ok().json(query.page(events)))
 }
 
 /// Liveness: the process answers.

@@ -216,6 +216,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource(routes::ADJUST.path).route(web::post().to(inventory::adjust)))
     .service(resource(routes::PARTITIONS.path).route(web::get().to(cluster::partitions)))
     .service(resource(routes::SETTLEMENT_STATUS.path).route(web::get().to(cluster::settlement)))
+    .service(resource(routes::EVENTS.path).route(web::get().to(cluster::events)))
     .service(resource(routes::HEALTHZ.path).route(web::get().to(cluster::healthz)))
     .service(resource(routes::READYZ.path).route(web::get().to(cluster::readyz)))
     .service(resource(routes::METRICS.path).route(web::get().to(cluster::metrics)))

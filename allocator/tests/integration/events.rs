@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use allocator::config::{AllocatorConfig, EventsConfig};
+use schema::events::{EventPage, Stream};
 use testkit::RedisServer;
 
 use crate::common::*;
@@ -53,7 +54,10 @@ async fn positions_are_gap_free_in_every_snapshot_while_batches_commit() {
                     .expect("snapshot");
                 for r in rows {
                     let (p, n, max): (i32, i64, i64) = (r.get(0), r.get(1), r.get(2));
-                    assert_eq!(n, max, "partition {p}: {n} rows visible up to position {max}");
+                    assert_eq!(
+                        n, max,
+                        "partition {p}: {n} rows visible up to position {max}"
+                    );
                 }
                 snapshots += 1;
             }
@@ -81,7 +85,10 @@ async fn positions_are_gap_free_in_every_snapshot_while_batches_commit() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(wrong_counters, 0, "a counter disagrees with its partition's ledger");
+    assert_eq!(
+        wrong_counters, 0,
+        "a counter disagrees with its partition's ledger"
+    );
     let out_of_order: i64 = client
         .query_one(
             "SELECT count(*) FROM ledger AS h JOIN ledger AS t
@@ -98,7 +105,10 @@ async fn positions_are_gap_free_in_every_snapshot_while_batches_commit() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(kinds, 5, "restock, reserve, confirm, release and expire all written");
+    assert_eq!(
+        kinds, 5,
+        "restock, reserve, confirm, release and expire all written"
+    );
     replica.stop().await;
 }
 
@@ -150,8 +160,65 @@ async fn the_relay_publishes_every_change_once_in_order() {
         if behind == 0 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "{behind} streams' progress not recorded");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{behind} streams' progress not recorded"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    replica.stop().await;
+}
+
+/// `GET /v1/events` pages through a stream from the database, equal to what the relay publishes,
+/// and refuses a bad query with a problem, never a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn events_are_paged_from_the_database_and_bad_queries_are_refused() {
+    let db = migrated_database(PARTITIONS).await;
+    let replica = TestReplica::start(fast_config(&db, "ev-http")).await;
+    wait_owns_all(&replica).await;
+    stock(&replica.url).await;
+    mixed_load(&replica.url, "http", 8).await;
+    let http = http();
+    for (stream, want) in database_events(&db).await {
+        let Stream::Partition(p) = stream else {
+            continue;
+        };
+        let mut got = Vec::new();
+        let mut after = 0;
+        loop {
+            let url = format!(
+                "{}/v1/events?partition={p}&after={after}&limit=7",
+                replica.url
+            );
+            let page: EventPage = http.get(url).send().await.unwrap().json().await.unwrap();
+            assert_eq!(page.stream, stream.name());
+            if page.events.is_empty() {
+                assert_eq!(page.next_after, after);
+                break;
+            }
+            after = page.next_after;
+            got.extend(page.events);
+        }
+        assert_eq!(got, want, "{stream:?} paged over HTTP");
+    }
+    for bad in [
+        "",
+        "?partition=99",
+        "?partition=1&after=-1",
+        "?partition=1&limit=0",
+        "?partition=x",
+    ] {
+        let answer = http
+            .get(format!("{}/v1/events{bad}", replica.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{bad}");
+        let content_type = answer.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(content_type, schema::wire::PROBLEM_CONTENT_TYPE, "{bad}");
     }
     replica.stop().await;
 }

@@ -21,7 +21,10 @@ fn relay_env(redis_url: &str, pause_ms: Option<u64>) -> Vec<(String, String)> {
         ("ALLOCATOR_EVENTS_INTERVAL_MS".to_owned(), "50".to_owned()),
     ];
     if let Some(ms) = pause_ms {
-        env.push((allocator::faults::RELAY_PAUSE_ENV.to_owned(), ms.to_string()));
+        env.push((
+            allocator::faults::RELAY_PAUSE_ENV.to_owned(),
+            ms.to_string(),
+        ));
     }
     env
 }
@@ -37,7 +40,10 @@ async fn owns_everything(replica: &Replica) {
 async fn recorded_progress(db: &str) -> i64 {
     client(db)
         .await
-        .query_one("SELECT coalesce(sum(published), 0)::bigint FROM event_relay_progress", &[])
+        .query_one(
+            "SELECT coalesce(sum(published), 0)::bigint FROM event_relay_progress",
+            &[],
+        )
         .await
         .unwrap()
         .get(0)
@@ -67,10 +73,17 @@ async fn a_relay_killed_before_recording_progress_duplicates_nothing() {
         if in_redis > 0 {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "nothing reached Redis");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nothing reached Redis"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(recorded_progress(&db).await, 0, "progress recorded before the kill");
+    assert_eq!(
+        recorded_progress(&db).await,
+        0,
+        "progress recorded before the kill"
+    );
     first.process.sigkill().expect("SIGKILL");
 
     let second = spawn_replica_with(&db, "ev-kill-b", TTL_MS, relay_env(&redis.url(), None));
@@ -81,7 +94,10 @@ async fn a_relay_killed_before_recording_progress_duplicates_nothing() {
     assert!(delivered > 0);
     let start = Instant::now();
     while recorded_progress(&db).await < delivered as i64 {
-        assert!(start.elapsed() < Duration::from_secs(10), "progress never recorded");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "progress never recorded"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -103,7 +103,12 @@ pub(crate) async fn database_events(db: &str) -> BTreeMap<Stream, Vec<Event>> {
     let mut all = BTreeMap::new();
     for p in partitions {
         let stream = Stream::Partition(p as u32);
-        all.insert(stream, read::stream_after(&client, stream, 0, 1_000_000).await.unwrap());
+        all.insert(
+            stream,
+            read::stream_after(&client, stream, 0, 1_000_000)
+                .await
+                .unwrap(),
+        );
     }
     let settled = read::stream_after(&client, Stream::Settlement, 0, 1_000_000)
         .await
@@ -140,7 +145,9 @@ pub(crate) async fn wait_delivered(db: &str, redis_url: &str, timeout: Duration)
         assert!(
             start.elapsed() < timeout,
             "Redis did not catch up within {timeout:?}: want {:?}, have {:?}",
-            want.iter().map(|(s, e)| (s.redis_key(), e.len())).collect::<Vec<_>>(),
+            want.iter()
+                .map(|(s, e)| (s.redis_key(), e.len()))
+                .collect::<Vec<_>>(),
             have.iter().map(|(k, e)| (k, e.len())).collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -171,7 +178,11 @@ pub(crate) async fn assert_delivered_once(db: &str, redis_url: &str) -> usize {
             .unwrap_or_else(|| panic!("no Redis stream for {stream:?}"));
         assert_eq!(entries.len(), events.len(), "{stream:?}: entries in Redis");
         for (event, (id, key, json)) in events.iter().zip(entries) {
-            assert_eq!(id, &format!("{}-0", event.position()), "{stream:?}: entry id");
+            assert_eq!(
+                id,
+                &format!("{}-0", event.position()),
+                "{stream:?}: entry id"
+            );
             assert_eq!(key, event.key(), "{stream:?}: dedupe key");
             let expected = serde_json::to_value(event).unwrap();
             assert_eq!(json, &expected, "{stream:?}: event at {}", event.position());

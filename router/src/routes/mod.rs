@@ -69,6 +69,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
+            web::resource(routes::EVENTS.path)
+                .route(web::get().to(partitions::events))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
             web::resource(routes::HEALTHZ.path)
                 .route(web::get().to(health::healthz))
                 .default_service(web::to(method_not_allowed)),

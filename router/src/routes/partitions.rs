@@ -1,7 +1,8 @@
 //! Cluster views. `GET /v1/partitions`: the assignment map this router currently routes by (its
 //! cache, not a fresh read), so operators can see exactly what a router believes;
 //! `lease_remaining_ms` is as of the read and `X-Assignment-Revision` repeats the map revision.
-//! `GET /v1/jobs/settlement`: the settlement job's status, read from PostgreSQL.
+//! `GET /v1/jobs/settlement`: the settlement job's status, and `GET /v1/events`: one page of a
+//! change-event stream, both read from PostgreSQL as an allocator reads them.
 
 use actix_web::{web, HttpResponse};
 use schema::wire::HEADER_ASSIGNMENT_REVISION;
@@ -25,4 +26,16 @@ pub async fn settlement(state: web::Data<AppState>) -> Result<HttpResponse, Rout
         .await
         .map_err(|e| RouterError::Storage(e.to_string()))?;
     Ok(HttpResponse::Ok().json(status))
+}
+
+pub async fn events(
+    state: web::Data<AppState>,
+    request: actix_web::HttpRequest,
+) -> Result<HttpResponse, RouterError> {
+    let query = schema::events::EventQuery::parse(request.query_string(), state.partition_count()?)
+        .map_err(RouterError::InvalidRequest)?;
+    let events = db::events(&state.pool, state.db_timeout, query)
+        .await
+        .map_err(|e| RouterError::Storage(e.to_string()))?;
+    Ok(HttpResponse::Ok().json(query.page(events)))
 }

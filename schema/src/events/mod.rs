@@ -163,9 +163,13 @@ pub struct LedgerEvent {
     pub reservation_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adjustment_id: Option<String>,
-    /// Units moved: the reservation's quantity, or the adjustment's delta (negative for a shrink).
-    pub quantity: i64,
-    pub delta: Delta,
+    /// A reservation's quantity (`reservation.*` events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantity: Option<i64>,
+    /// An adjustment's delta, negative for a shrink (`inventory.adjusted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<i64>,
+    pub change: Delta,
     /// The writing transaction's start by the database clock.
     pub recorded_at: DateTime<Utc>,
 }
@@ -184,7 +188,7 @@ pub struct SettlementEvent {
     pub window_start: DateTime<Utc>,
     pub window_end: DateTime<Utc>,
     pub reservations: i64,
-    pub quantity: i64,
+    pub total_quantity: i64,
     pub settled_at: DateTime<Utc>,
 }
 
@@ -235,6 +239,91 @@ mod tests {
         ] {
             let t = ledger_event_type(kind).expect("known kind");
             assert!(SCHEMAS.iter().any(|(name, _)| *name == t), "{t}");
+        }
+    }
+}
+
+/// Most events one `GET /v1/events` answers.
+pub const PAGE_LIMIT_MAX: i64 = 1000;
+/// Events one `GET /v1/events` answers without `limit`.
+pub const PAGE_LIMIT_DEFAULT: i64 = 100;
+
+/// `GET /v1/events?partition=P|settlement&after=SEQ&limit=N`, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventQuery {
+    pub stream: Stream,
+    pub after: i64,
+    pub limit: i64,
+}
+
+impl EventQuery {
+    /// Parse the query string; the error is the `detail` of a `400`, worded alike by both
+    /// services.
+    pub fn parse(query: &str, partition_count: u32) -> Result<EventQuery, String> {
+        let (mut stream, mut after, mut limit) = (None, 0, PAGE_LIMIT_DEFAULT);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "partition" if value == SETTLEMENT_STREAM => stream = Some(Stream::Settlement),
+                "partition" => match value.parse::<u32>() {
+                    Ok(p) if p < partition_count => stream = Some(Stream::Partition(p)),
+                    _ => {
+                        return Err(format!(
+                            "partition must be 0..{} or `{SETTLEMENT_STREAM}`, got {value:?}",
+                            partition_count.saturating_sub(1)
+                        ))
+                    }
+                },
+                "after" => match value.parse::<i64>() {
+                    Ok(a) if a >= 0 => after = a,
+                    _ => return Err(format!("after must be a position >= 0, got {value:?}")),
+                },
+                "limit" => match value.parse::<i64>() {
+                    Ok(l) if (1..=PAGE_LIMIT_MAX).contains(&l) => limit = l,
+                    _ => return Err(format!("limit must be 1..{PAGE_LIMIT_MAX}, got {value:?}")),
+                },
+                other => return Err(format!("unknown query parameter {other:?}")),
+            }
+        }
+        let stream = stream.ok_or_else(|| "partition is required".to_owned())?;
+        Ok(EventQuery {
+            stream,
+            after,
+            limit,
+        })
+    }
+
+    /// The page for `events`, read after `self.after`.
+    pub fn page(&self, events: Vec<Event>) -> EventPage {
+        EventPage {
+            stream: self.stream.name(),
+            next_after: events.last().map_or(self.after, Event::position),
+            events,
+        }
+    }
+}
+
+#[cfg(test)]
+mod query_tests {
+    use super::*;
+
+    #[test]
+    fn queries_parse_or_say_what_is_wrong() {
+        let q = EventQuery::parse("partition=3&after=10&limit=5", 8).unwrap();
+        assert_eq!((q.stream, q.after, q.limit), (Stream::Partition(3), 10, 5));
+        let q = EventQuery::parse("partition=settlement", 8).unwrap();
+        assert_eq!((q.stream, q.after, q.limit), (Stream::Settlement, 0, 100));
+        for bad in [
+            "",
+            "partition=8",
+            "partition=-1",
+            "partition=1&after=-2",
+            "partition=1&limit=0",
+            "partition=1&limit=1001",
+            "partition=1&after=x",
+            "partition=1&foo=2",
+        ] {
+            assert!(EventQuery::parse(bad, 8).is_err(), "{bad:?} accepted");
         }
     }
 }

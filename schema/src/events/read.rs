@@ -62,7 +62,7 @@ pub async fn settlement_after<C: GenericClient>(
                 window_start: r.get(2),
                 window_end: r.get(3),
                 reservations: r.get::<_, Option<i64>>(4).unwrap_or(0),
-                quantity: r.get::<_, Option<i64>>(5).unwrap_or(0),
+                total_quantity: r.get::<_, Option<i64>>(5).unwrap_or(0),
                 settled_at: r.get(6),
             })
         })
@@ -92,10 +92,11 @@ fn ledger_event(r: &Row) -> Result<Event, tokio_postgres::Error> {
         held: r.get(9),
         confirmed: r.get(10),
     };
-    let quantity = match kind {
-        "restock" | "shrink" => delta.on_hand,
-        // A reservation's movements all move its whole quantity out of `held` or into it.
-        _ => delta.held.abs(),
+    // A reservation's movements all move its whole quantity into `held` or out of it; an
+    // adjustment moves `on_hand` by its delta.
+    let (quantity, adjusted) = match kind {
+        "restock" | "shrink" => (None, Some(delta.on_hand)),
+        _ => (Some(delta.held.abs()), None),
     };
     Ok(Event::Ledger(LedgerEvent {
         version: EVENT_VERSION,
@@ -109,7 +110,8 @@ fn ledger_event(r: &Row) -> Result<Event, tokio_postgres::Error> {
         reservation_id: r.get(5),
         adjustment_id: r.get(6),
         quantity,
-        delta,
+        delta: adjusted,
+        change: delta,
         recorded_at: r.get(11),
     }))
 }
