@@ -12,6 +12,7 @@
 //! loadtest partitions --skus 100000 --prefix bench --partitions 16   # sku,partition CSV
 //! loadtest run   ... --cpu-watch postgres=PID --cpu-watch allocator=PID  # CPU µs per operation
 //! loadtest cpu   --watch postgres=PID --out cpu.json -- pgbench ...     # the same around a command
+//! loadtest events --redis-url URL --partitions 64 --target URL   # consume the change events
 //! ```
 //!
 //! Exit status: 0 on success, 1 when an invariant fails (run, check) or a SKU could not be
@@ -21,6 +22,7 @@ mod chart;
 mod check;
 mod client;
 mod cpu;
+mod events;
 mod iteration;
 mod pacer;
 mod progress;
@@ -79,6 +81,9 @@ enum Command {
     /// Run a command (another load generator) and write its CPU and the CPU of watched process
     /// trees over its run as JSON.
     Cpu(cpu::CpuArgs),
+    /// Consume the change events from Redis Streams through a consumer group, once each by
+    /// position (gaps filled from `GET /v1/events` with --target); prints a JSON report.
+    Events(events::EventsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -483,6 +488,11 @@ fn main() -> ExitCode {
             Command::Run(args) => cmd_run(*args).await,
             Command::Check(args) => cmd_check(args).await,
             Command::Partitions(args) => cmd_partitions(args),
+            Command::Events(args) => {
+                let report = events::run(args).await?;
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                Ok(report.gaps == 0 && report.key_mismatches == 0)
+            }
             Command::Cpu(_) => unreachable!("answered above"),
         }
     });
