@@ -173,9 +173,9 @@ impl Relay {
         }
         let oldest = events
             .iter()
-            .filter_map(|e| match e {
-                Event::Ledger(l) => Some(l.recorded_at),
-                Event::Settlement(s) => Some(s.settled_at),
+            .map(|e| match e {
+                Event::Ledger(l) => l.recorded_at,
+                Event::Settlement(s) => s.settled_at,
             })
             .min();
         metrics::gauge!(m::EVENTS_LAG_SECONDS).set(oldest.map_or(0.0, |t| {

@@ -60,6 +60,10 @@ pub fn spawn(
 ) -> JoinHandle<()> {
     metrics::gauge!(m::JOB_WINDOW_SECONDS, "job" => JOB).set(settings.window.as_secs_f64());
     metrics::gauge!(m::JOB_LEADER, "job" => JOB).set(0.0);
+    // Exported by every replica (0 unless it runs the relay), so the lag alert always has a
+    // series to read.
+    metrics::gauge!(m::EVENTS_LAG_ENTRIES).set(0.0);
+    metrics::gauge!(m::EVENTS_LAG_SECONDS).set(0.0);
     let job = Arc::new(Job {
         settings,
         pool,
