@@ -147,19 +147,9 @@ pub struct ServeArgs {
     /// timeout + 2 s.
     #[arg(long, env = "ALLOCATOR_SETTLEMENT_GRACE_MS")]
     pub settlement_grace_ms: Option<u64>,
-    /// Relay every ledger row and settled window to Redis Streams (`events:partition:P`,
-    /// `events:settlement`); needs `--redis-url`. Runs on the replica holding the job lease.
-    #[arg(long, env = "ALLOCATOR_EVENTS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub events: bool,
-    /// Most entries the relay appends per stream per round.
-    #[arg(long, env = "ALLOCATOR_EVENTS_BATCH", default_value_t = 500)]
-    pub events_batch: usize,
-    /// Approximate bound on each Redis stream's length (`XADD MAXLEN ~`).
-    #[arg(long, env = "ALLOCATOR_EVENTS_MAX_LEN", default_value_t = 100_000)]
-    pub events_max_len: usize,
-    /// Pause between relay rounds.
-    #[arg(long, env = "ALLOCATOR_EVENTS_INTERVAL_MS", default_value_t = 100)]
-    pub events_interval_ms: u64,
+    /// The change-event relay's flags (`--events`, …).
+    #[command(flatten)]
+    pub events: crate::events::EventsArgs,
 
     /// Clients allowed to call, one `NAME SCOPE[,SCOPE] SHA256_HEX [rate=N] [burst=N]` per line
     /// (hashes, never tokens); re-read on SIGHUP. Without it authentication is off.
@@ -230,19 +220,11 @@ pub struct AllocatorConfig {
     /// may commit up to that much later, so only then is a window closed.
     pub settlement_grace: Duration,
     /// The change-event relay; `None` when `--events` is off.
-    pub events: Option<EventsConfig>,
+    pub events: Option<crate::events::EventsConfig>,
     /// Authentication and per-client limits.
     pub access: access::Settings,
     /// HTTPS on the listener; `None` serves plain HTTP.
     pub tls: Option<access::tls::ServerTlsSettings>,
-}
-
-/// The change-event relay's settings (DESIGN.md §14).
-#[derive(Debug, Clone)]
-pub struct EventsConfig {
-    pub batch: NonZeroUsize,
-    pub max_len: NonZeroUsize,
-    pub interval: Duration,
 }
 
 /// A flag and the environment variable that sets it, for error messages.
@@ -284,10 +266,6 @@ const HTTP_WORKERS: Flag = flag("http-workers", "ALLOCATOR_HTTP_WORKERS");
 const REPLICA_ID: Flag = flag("replica-id", "ALLOCATOR_REPLICA_ID");
 const SETTLEMENT_WINDOW: Flag = flag("settlement-window-secs", "ALLOCATOR_SETTLEMENT_WINDOW_SECS");
 const SETTLEMENT_GRACE: Flag = flag("settlement-grace-ms", "ALLOCATOR_SETTLEMENT_GRACE_MS");
-const EVENTS: Flag = flag("events", "ALLOCATOR_EVENTS");
-const EVENTS_BATCH: Flag = flag("events-batch", "ALLOCATOR_EVENTS_BATCH");
-const EVENTS_MAX_LEN: Flag = flag("events-max-len", "ALLOCATOR_EVENTS_MAX_LEN");
-const EVENTS_INTERVAL: Flag = flag("events-interval-ms", "ALLOCATOR_EVENTS_INTERVAL_MS");
 const CLIENT_CONCURRENCY: Flag = flag("client-concurrency", "ALLOCATOR_CLIENT_CONCURRENCY");
 
 /// The access flags, for refusals.
@@ -352,14 +330,7 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
             settlement_grace: ms(args
                 .settlement_grace_ms
                 .unwrap_or(args.statement_timeout_ms + 2000)),
-            events: match args.events {
-                true => Some(EventsConfig {
-                    batch: non_zero(args.events_batch, EVENTS_BATCH)?,
-                    max_len: non_zero(args.events_max_len, EVENTS_MAX_LEN)?,
-                    interval: ms(args.events_interval_ms),
-                }),
-                false => None,
-            },
+            events: args.events.validated()?,
             access: access::Settings {
                 auth_file: args.auth_file,
                 rate: args.client_rate,
@@ -449,13 +420,11 @@ impl AllocatorConfig {
                 self.statement_timeout.as_millis()
             );
         }
-        if let Some(events) = &self.events {
-            if self.redis_url.is_none() {
-                bail!("{EVENTS} needs --redis-url (REDIS_URL)");
-            }
-            if events.interval.is_zero() {
-                bail!("{EVENTS_INTERVAL} must be positive, got 0");
-            }
+        if self.events.is_some() && self.redis_url.is_none() {
+            bail!(
+                "{} needs --redis-url (REDIS_URL)",
+                crate::events::EVENTS_FLAG
+            );
         }
         // Each lane holds a pooled connection while its transaction runs.
         if self.commit_lanes > self.pool_size {

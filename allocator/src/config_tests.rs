@@ -228,3 +228,21 @@ fn tls_flags_come_in_working_sets() {
         "{error}"
     );
 }
+
+#[test]
+fn the_event_relay_needs_redis_and_positive_settings() {
+    assert!(parse(&[]).unwrap().events.is_none());
+    let err = refused(&["--events"]);
+    assert!(err.contains("--events (ALLOCATOR_EVENTS)") && err.contains("REDIS_URL"), "{err}");
+    let on = ["--events", "true", "--redis-url", "redis://127.0.0.1/"];
+    let events = parse(&on).unwrap().events.expect("relay on");
+    assert_eq!((events.batch.get(), events.max_len.get()), (500, 100_000));
+    for (flag, env) in [
+        ("--events-batch", "ALLOCATOR_EVENTS_BATCH"),
+        ("--events-max-len", "ALLOCATOR_EVENTS_MAX_LEN"),
+        ("--events-interval-ms", "ALLOCATOR_EVENTS_INTERVAL_MS"),
+    ] {
+        let err = refused(&[&on[..], &[flag, "0"]].concat());
+        assert!(err.contains(flag) && err.contains(env), "{err}");
+    }
+}

@@ -22,6 +22,8 @@
 //! bounded stream could hold anyway), and publishes again from the database. Progress in
 //! PostgreSQL never goes back. Consumers that fell further behind read `GET /v1/events`.
 
+mod config;
 mod relay;
 
+pub use config::{EventsArgs, EventsConfig, EVENTS_FLAG};
 pub use relay::{spawn, RelaySettings, TermSource};

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use allocator::config::{AllocatorConfig, EventsConfig};
+use allocator::config::AllocatorConfig;
+use allocator::events::EventsConfig;
 use schema::events::{EventPage, Stream};
 use testkit::RedisServer;
 
