@@ -233,7 +233,10 @@ fn tls_flags_come_in_working_sets() {
 fn the_event_relay_needs_redis_and_positive_settings() {
     assert!(parse(&[]).unwrap().events.is_none());
     let err = refused(&["--events"]);
-    assert!(err.contains("--events (ALLOCATOR_EVENTS)") && err.contains("REDIS_URL"), "{err}");
+    assert!(
+        err.contains("--events (ALLOCATOR_EVENTS)") && err.contains("REDIS_URL"),
+        "{err}"
+    );
     let on = ["--events", "true", "--redis-url", "redis://127.0.0.1/"];
     let events = parse(&on).unwrap().events.expect("relay on");
     assert_eq!((events.batch.get(), events.max_len.get()), (500, 100_000));

@@ -17,6 +17,16 @@ INSERT INTO inventory (sku, partition, on_hand, available, highest_epoch)
 SELECT sku, partition, :stock, :stock, 1 FROM seed_skus;
 INSERT INTO adjustments (adjustment_id, sku, partition, delta, status, epoch, on_hand_after, available_after)
 SELECT 'seed-' || sku || '-' || :stock, sku, partition, :stock, 'applied', 1, :stock, :stock FROM seed_skus;
-INSERT INTO ledger (sku, partition, kind, adjustment_id, d_on_hand, d_available, d_held, d_confirmed, epoch)
-SELECT sku, partition, 'restock', 'seed-' || sku || '-' || :stock, :stock, :stock, 0, 0, 1 FROM seed_skus;
+-- Numbered after each partition's last ledger position, and the counters raised, as the fenced
+-- batch does (V12__ledger_positions.sql); unnumbered rows would be numbered one at a time.
+INSERT INTO ledger_positions AS p (partition, last_position)
+SELECT DISTINCT partition, 0 FROM seed_skus
+ON CONFLICT (partition) DO NOTHING;
+INSERT INTO ledger (sku, partition, kind, adjustment_id, d_on_hand, d_available, d_held, d_confirmed, epoch, position)
+SELECT s.sku, s.partition, 'restock', 'seed-' || s.sku || '-' || :stock, :stock, :stock, 0, 0, 1,
+       p.last_position + row_number() OVER (PARTITION BY s.partition ORDER BY s.sku)
+  FROM seed_skus AS s JOIN ledger_positions AS p ON p.partition = s.partition;
+UPDATE ledger_positions AS p SET last_position = p.last_position + n.rows
+  FROM (SELECT partition, count(*) AS rows FROM seed_skus GROUP BY partition) AS n
+ WHERE p.partition = n.partition;
 COMMIT;

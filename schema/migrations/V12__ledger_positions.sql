@@ -18,7 +18,9 @@
 -- Any writer that does not number its rows (an operator's INSERT, the benchmark's seed, a
 -- function from a migration that predates this one) is numbered one row at a time by the trigger
 -- below; the batch paths never pay for it, because the trigger's WHEN clause is checked without
--- calling the function.
+-- calling the function. Each such row updates the counter row once more in the same transaction,
+-- so a bulk load of many rows must number them itself (from the counter, then raise it) the way
+-- the batch paths do.
 
 CREATE TABLE ledger_positions (
     partition     integer PRIMARY KEY CHECK (partition >= 0),

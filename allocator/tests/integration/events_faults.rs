@@ -127,3 +127,71 @@ async fn redis_restarted_empty_gets_every_stream_again() {
     assert_delivered_once(&db, &redis.url()).await;
     replica.stop().await;
 }
+
+/// The relay follows the job lease: its holder is SIGKILLed while changes keep committing, the
+/// other replica takes the lease over with a new term and continues from the recorded progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_relay_moves_with_the_job_lease_when_its_holder_is_killed() {
+    let redis = RedisServer::start().await.expect("start redis");
+    let db = migrated_database(PARTITIONS).await;
+    let a = spawn_replica_with(&db, "ev-hand-a", TTL_MS, relay_env(&redis.url(), None));
+    let mut a = Some(a);
+    let b = spawn_replica_with(&db, "ev-hand-b", TTL_MS, relay_env(&redis.url(), None));
+    let urls = [a.as_ref().unwrap().url.clone(), b.url.clone()];
+    wait_for_map(&b.url, Duration::from_secs(20), |m| {
+        all_owned_by_one_of(m, &["ev-hand-a", "ev-hand-b"])
+    })
+    .await;
+    for url in &urls {
+        stock(url).await;
+    }
+    let (holder, term) = job_holder(&db).await;
+    let mixed = |tag: &'static str| {
+        let urls = urls.clone();
+        async move {
+            for url in &urls {
+                mixed_load(url, tag, 8).await;
+            }
+        }
+    };
+    mixed("hand-1").await;
+    let (mut victim, survivor) = if holder == "ev-hand-a" {
+        (a.take().unwrap(), b)
+    } else {
+        (b, a.take().unwrap())
+    };
+    let during = tokio::spawn({
+        let url = survivor.url.clone();
+        async move { mixed_load(&url, "hand-2", 20).await }
+    });
+    victim
+        .process
+        .sigkill()
+        .expect("SIGKILL the relay's holder");
+    during.await.expect("load during the takeover");
+    wait_for_map(&survivor.url, Duration::from_secs(20), |m| {
+        all_owned_by_one_of(m, &[&survivor.id])
+    })
+    .await;
+    mixed_load(&survivor.url, "hand-3", 8).await;
+    let new_term = crate::settlement_support::wait_for_holder(&db, &survivor.id).await;
+    assert!(new_term > term, "the survivor relays under a newer term");
+    wait_delivered(&db, &redis.url(), Duration::from_secs(30)).await;
+    assert!(assert_delivered_once(&db, &redis.url()).await > 0);
+}
+
+/// The job's holder and term once somebody holds it.
+async fn job_holder(db: &str) -> (String, i64) {
+    let start = Instant::now();
+    loop {
+        let status = crate::settlement_support::status(db).await;
+        if let Some(holder) = status.holder_id {
+            return (holder, status.term);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nobody holds the job"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -120,14 +120,22 @@ async fn unknown_sku_requests_stay_fast_with_a_million_ledger_rows() {
     let base = replica.url.clone();
     restock(&base, "known", 1_000_000).await;
     let pg = client(&db).await;
-    // A long history: one million ledger rows (balanced, referencing one adjustment).
+    // A long history: one million ledger rows (balanced, referencing one adjustment), numbered
+    // after the partition's last position as the fenced batch numbers its rows (a writer that
+    // leaves `position` empty is numbered one row at a time, which a million rows cannot afford).
     pg.batch_execute(
         "INSERT INTO adjustments (adjustment_id, sku, partition, delta, status, epoch)
          SELECT 'history', sku, partition, 1, 'applied', highest_epoch FROM inventory WHERE sku = 'known';
          INSERT INTO ledger (sku, partition, kind, adjustment_id, d_on_hand, d_available, d_held,
-                             d_confirmed, epoch)
-         SELECT 'known', partition, 'restock', 'history', 0, 0, 0, 0, highest_epoch
-           FROM inventory, generate_series(1, 1000000) WHERE sku = 'known';
+                             d_confirmed, epoch, position)
+         SELECT 'known', i.partition, 'restock', 'history', 0, 0, 0, 0, i.highest_epoch,
+                p.last_position + g
+           FROM inventory AS i
+           JOIN ledger_positions AS p ON p.partition = i.partition,
+                generate_series(1, 1000000) AS g
+          WHERE i.sku = 'known';
+         UPDATE ledger_positions SET last_position = last_position + 1000000
+          WHERE partition = (SELECT partition FROM inventory WHERE sku = 'known');
          ANALYZE ledger;",
     )
     .await
