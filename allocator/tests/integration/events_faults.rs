@@ -134,17 +134,13 @@ async fn redis_restarted_empty_gets_every_stream_again() {
 async fn the_relay_moves_with_the_job_lease_when_its_holder_is_killed() {
     let redis = RedisServer::start().await.expect("start redis");
     let db = migrated_database(PARTITIONS).await;
+    // Stocked while one replica owns everything; the second then takes its share.
     let a = spawn_replica_with(&db, "ev-hand-a", TTL_MS, relay_env(&redis.url(), None));
+    owns_everything(&a).await;
+    stock(&a.url).await;
     let mut a = Some(a);
     let b = spawn_replica_with(&db, "ev-hand-b", TTL_MS, relay_env(&redis.url(), None));
     let urls = [a.as_ref().unwrap().url.clone(), b.url.clone()];
-    wait_for_map(&b.url, Duration::from_secs(20), |m| {
-        all_owned_by_one_of(m, &["ev-hand-a", "ev-hand-b"])
-    })
-    .await;
-    for url in &urls {
-        stock(url).await;
-    }
     let (holder, term) = job_holder(&db).await;
     let mixed = |tag: &'static str| {
         let urls = urls.clone();
