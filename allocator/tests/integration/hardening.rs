@@ -103,7 +103,10 @@ async fn overdue_holds_come_back_while_their_partition_is_busy() {
             back_seen.store(true, Ordering::SeqCst);
             break held_at.elapsed();
         }
-        assert!(Instant::now() < stop, "holds did not come back while the load ran");
+        assert!(
+            Instant::now() < stop,
+            "holds did not come back while the load ran"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
     let mut total = 0;
