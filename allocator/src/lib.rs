@@ -19,7 +19,8 @@
 //! 7. [`lease`] — the pure lease state machine, the lease SQL and the [`lease::FenceToken`].
 //!
 //! Beside them: [`app`] wires everything together; [`clock`], [`config`], [`db`], [`error`],
-//! [`faults`], [`hints`], [`metrics`], [`signals`] and [`telemetry`] are leaves.
+//! [`faults`], [`hints`] and [`metrics`] are leaves. Signals, logs, request ids, pool settings
+//! and the problems of requests no handler sees come from the `edge` crate, shared with the router.
 pub mod api;
 pub mod app;
 pub mod authority;
@@ -37,8 +38,5 @@ pub mod lease;
 pub mod metrics;
 pub mod negative_control;
 pub mod replica;
-pub mod request_id;
 pub mod settlement;
-pub mod signals;
-pub mod telemetry;
 pub mod worker;

@@ -29,10 +29,10 @@ use crate::feed::{self, FeedConfig};
 use crate::forward::{Forwarder, RetryPolicy};
 use crate::metrics::{self, RefreshCause};
 use crate::orders::store::OrderStore;
-use crate::retry::Backoff;
 use crate::state::AppState;
 use crate::upstream::UpstreamClient;
 use crate::{db, poll, routes};
+use edge::Backoff;
 
 /// How long in-flight requests may take to finish after shutdown is requested.
 const SHUTDOWN_GRACE_SECONDS: u64 = 10;
@@ -193,11 +193,11 @@ impl Application {
                 .app_data(state.clone())
                 // Inside the request id, so refusals carry and log it.
                 .wrap(access::AccessControl::new(access.clone()))
-                .wrap_fn(crate::request_id::middleware)
+                .wrap_fn(edge::request_id::middleware)
                 .wrap_fn(crate::console::record)
                 .configure(routes::configure)
                 .configure(|cfg| console.configure(cfg))
-                .default_service(web::to(routes::not_found))
+                .default_service(web::to(edge::problem::not_found))
         })
         .disable_signals()
         .shutdown_timeout(SHUTDOWN_GRACE_SECONDS);

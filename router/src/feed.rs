@@ -26,12 +26,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assignment_cache::AssignmentCache;
 use crate::metrics::{self, RefreshCause};
-use crate::retry::Backoff;
+use edge::Backoff;
 
 /// How long connecting and subscribing may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// First reconnect delay.
-const RECONNECT_BASE: Duration = Duration::from_millis(100);
+const RECONNECT_BASE: Duration = Backoff::RECONNECT.base;
 
 #[derive(Debug, Clone)]
 pub struct FeedConfig {

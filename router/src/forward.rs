@@ -35,8 +35,9 @@ use serde::de::DeserializeOwned;
 use crate::assignment_cache::{AssignmentCache, Route};
 use crate::error::RouterError;
 use crate::metrics::{self, ForwardOutcome, RefreshCause};
-use crate::retry::{give_up_status, AttemptFailure, Backoff};
+use crate::retry::{give_up_status, AttemptFailure};
 use crate::upstream::{UpstreamClient, UpstreamHttpRequest};
+use edge::Backoff;
 
 /// Response header naming the allocator replica that answered (for operators and tests).
 pub const HEADER_SERVED_BY: &str = "X-Served-By";
@@ -430,7 +431,7 @@ impl Forwarder {
             .uri(format!("{}{}", route.owner_url, req.path))
             .header(HEADER_ASSIGNMENT_REVISION, route.map_revision)
             .header(HEADER_EXPECTED_EPOCH, route.epoch);
-        if let Some(id) = crate::request_id::current() {
+        if let Some(id) = edge::request_id::current() {
             builder = builder.header(HEADER_REQUEST_ID, id.as_str());
         }
         if let Some(credential) = &self.credential {

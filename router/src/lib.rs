@@ -34,12 +34,9 @@ pub mod forward;
 pub mod metrics;
 pub mod orders;
 pub mod poll;
-pub mod request_id;
 pub mod retry;
 pub mod routes;
-pub mod signals;
 pub mod state;
-pub mod telemetry;
 pub mod upstream;
 
 pub use app::Application;

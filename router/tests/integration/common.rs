@@ -32,7 +32,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     let guard = SERIAL.lock().await;
     if std::env::var_os("ROUTER_TEST_LOG").is_some() {
-        let _ = router::telemetry::try_init();
+        let _ = edge::telemetry::try_init();
     }
     guard
 }

@@ -10,7 +10,7 @@
 //! * [`document`] also checks the documents the services serve (derived from the shared one by
 //!   [`schema::openapi`]): each lists exactly its service's routes, keeps nothing marked for the
 //!   other service, and is as well-formed as the shared one.
-//! * [`live`]: a replica answers every route it serves (never "no such route" or `405`), only
+//! * [`live`]: a replica answers every route it serves (never "no route" or `405`), only
 //!   with documented statuses, media types, headers and bodies, and refuses out-of-bounds input
 //!   where the document says it would.
 //!
