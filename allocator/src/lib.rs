@@ -12,7 +12,7 @@
 //! 3. [`replica`] — the ownership table and the lease manager's tasks (campaign, renew,
 //!    watchdog, hand-back), which spawn and supervise workers.
 //! 4. [`worker`] — one task per owned partition: batching, sweeps, authority checks; it sees
-//!    its lease only through an [`authority::PartitionAuthority`] and takes [`job::Job`]s.
+//!    its lease only through an [`authority::PartitionAuthority`] and takes [`work::WorkItem`]s.
 //! 5. [`commit`] — group commit lanes sharing one statement between partitions.
 //! 6. [`fenced`] — the fenced statement itself: commands, fence, driver, reservations,
 //!    adjustments, ledger.
@@ -33,10 +33,10 @@ pub mod error;
 pub mod faults;
 pub mod fenced;
 pub mod hints;
-pub mod job;
 pub mod lease;
 pub mod metrics;
 pub mod negative_control;
 pub mod replica;
 pub mod settlement;
+pub mod work;
 pub mod worker;

@@ -3,7 +3,7 @@
 //! [`Application::build`] binds the listener (port 0 in tests; [`Application::port`] tells which
 //! port was bound), creates the database pool, the upstream HTTP client and the assignment cache
 //! *outside* actix's per-worker factory so all workers share them, loads the map once
-//! (`startup`), and spawns the background tasks: the periodic poll, the Redis feed and metrics
+//! (`startup`), and spawns the background tasks: the periodic poll, the Redis hint subscription and metrics
 //! upkeep.
 //!
 //! **Shutdown.** One [`CancellationToken`] is the only shutdown signal. Cancelling it (SIGTERM or
@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assignment_cache::AssignmentCache;
 use crate::config::RouterConfig;
-use crate::feed::{self, FeedConfig};
 use crate::forward::{Forwarder, RetryPolicy};
+use crate::hints::{self, HintsConfig};
 use crate::metrics::{self, RefreshCause};
 use crate::orders::store::OrderStore;
 use crate::state::AppState;
@@ -147,11 +147,11 @@ impl Application {
             )),
         ];
         match &config.redis_url {
-            Some(url) => tasks.push(tokio::spawn(feed::run(
-                FeedConfig {
+            Some(url) => tasks.push(tokio::spawn(hints::run(
+                HintsConfig {
                     redis_url: url.clone(),
-                    reconnect_max: config.feed_reconnect_max,
-                    ping_interval: config.feed_ping_interval,
+                    reconnect_max: config.hints_reconnect_max,
+                    ping_interval: config.hints_ping_interval,
                 },
                 cache.clone(),
                 shutdown.clone(),

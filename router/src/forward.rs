@@ -32,7 +32,7 @@ use schema::wire::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::assignment_cache::{AssignmentCache, Route};
+use crate::assignment_cache::{AssignmentCache, Destination};
 use crate::error::RouterError;
 use crate::metrics::{self, ForwardOutcome, RefreshCause};
 use crate::retry::{give_up_status, AttemptFailure};
@@ -133,8 +133,8 @@ pub struct UpstreamResponse {
     /// Passed-through headers (lower-case names).
     pub headers: Vec<(String, String)>,
     pub body: actix_web::web::Bytes,
-    /// The route the answer came through.
-    pub route: Route,
+    /// The destination the answer came through.
+    pub destination: Destination,
     /// Attempts made (1 when the first one answered).
     pub attempts: u32,
 }
@@ -164,10 +164,10 @@ impl UpstreamResponse {
         for (name, value) in &self.headers {
             builder.insert_header((name.as_str(), value.as_str()));
         }
-        builder.insert_header((HEADER_SERVED_BY, self.route.owner_id.as_str()));
+        builder.insert_header((HEADER_SERVED_BY, self.destination.owner_id.as_str()));
         builder.insert_header((
             HEADER_ASSIGNMENT_REVISION,
-            self.route.map_revision.to_string(),
+            self.destination.map_revision.to_string(),
         ));
         builder.body(self.body)
     }
@@ -209,13 +209,16 @@ impl Forwarder {
         let mut maybe_applied = false;
         let mut retries = 0u32;
         loop {
-            let route = self.cache.current().and_then(|m| m.route(req.partition));
-            let failure = match &route {
+            let destination = self
+                .cache
+                .current()
+                .and_then(|m| m.destination(req.partition));
+            let failure = match &destination {
                 None => AttemptFailure::NoOwner,
-                Some(route) => {
+                Some(destination) => {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     let timeout = remaining.min(self.policy.attempt_timeout);
-                    match self.attempt(req, route, timeout).await {
+                    match self.attempt(req, destination, timeout).await {
                         // The allocator refused this router's own credential: this attempt
                         // applied nothing, and it is not the client's token that is wrong, so
                         // the client must not see the allocator's 401/403 as its own. An
@@ -230,7 +233,7 @@ impl Forwarder {
                             metrics::record_forward(outcome, started.elapsed().as_secs_f64());
                             tracing::error!(
                                 partition = req.partition,
-                                owner_id = %route.owner_id,
+                                owner_id = %destination.owner_id,
                                 status = resp.status,
                                 "the allocator refused this router's credential; check \
                                  --upstream-token-file and the allocators' auth files"
@@ -261,9 +264,9 @@ impl Forwarder {
                             if retries > 0 {
                                 tracing::info!(
                                     partition = req.partition,
-                                    epoch = route.epoch,
-                                    revision = route.map_revision,
-                                    owner_id = %route.owner_id,
+                                    epoch = destination.epoch,
+                                    revision = destination.map_revision,
+                                    owner_id = %destination.owner_id,
                                     reservation_id = req.reservation_id.as_deref(),
                                     retries,
                                     status = resp.status,
@@ -280,9 +283,9 @@ impl Forwarder {
             maybe_applied |= failure.may_have_applied();
             tracing::debug!(
                 partition = req.partition,
-                epoch = route.as_ref().map(|r| r.epoch),
-                revision = route.as_ref().map(|r| r.map_revision),
-                owner_id = route.as_ref().map(|r| r.owner_id.as_str()),
+                epoch = destination.as_ref().map(|r| r.epoch),
+                revision = destination.as_ref().map(|r| r.map_revision),
+                owner_id = destination.as_ref().map(|r| r.owner_id.as_str()),
                 reservation_id = req.reservation_id.as_deref(),
                 failure = ?failure,
                 retries,
@@ -348,15 +351,15 @@ impl Forwarder {
         }
     }
 
-    /// One attempt against `route`.
+    /// One attempt against `destination`.
     async fn attempt(
         &self,
         req: &UpstreamRequest,
-        route: &Route,
+        destination: &Destination,
         timeout: Duration,
     ) -> Result<UpstreamResponse, AttemptFailure> {
         let started = Instant::now();
-        let result = match self.request(req, route) {
+        let result = match self.request(req, destination) {
             Ok(request) => {
                 self.http.send(request, timeout).await.map_err(|e| {
                     AttemptFailure::from_transport_flags(e.is_connect(), e.is_timeout())
@@ -365,13 +368,13 @@ impl Forwarder {
             // An owner URL the request cannot be built for: as unreachable as a broken
             // connection, and retried on a refreshed map the same way.
             Err(e) => {
-                tracing::warn!(partition = route.partition, owner_id = %route.owner_id, owner_url = %route.owner_url, error = %e, "cannot build the upstream request");
+                tracing::warn!(partition = destination.partition, owner_id = %destination.owner_id, owner_url = %destination.owner_url, error = %e, "cannot build the upstream request");
                 Err(AttemptFailure::from_transport_flags(false, false))
             }
         };
         metrics::record_upstream_latency(started.elapsed().as_secs_f64());
         let answer = result.inspect_err(|failure| {
-            tracing::debug!(partition = route.partition, owner_id = %route.owner_id, failure = ?failure, "upstream transport error");
+            tracing::debug!(partition = destination.partition, owner_id = %destination.owner_id, failure = ?failure, "upstream transport error");
         })?;
         let status = answer.status;
         let headers = PASSTHROUGH_HEADERS
@@ -393,10 +396,10 @@ impl Forwarder {
                 // The allocator's view, logged for operators; the map is re-read from PostgreSQL.
                 let view = problem();
                 tracing::info!(
-                    partition = route.partition,
-                    epoch = route.epoch,
-                    revision = route.map_revision,
-                    owner_id = %route.owner_id,
+                    partition = destination.partition,
+                    epoch = destination.epoch,
+                    revision = destination.map_revision,
+                    owner_id = %destination.owner_id,
                     allocator_owner_id = view.as_ref().and_then(|p| p.owner_id.as_deref()),
                     allocator_epoch = view.as_ref().and_then(|p| p.epoch),
                     allocator_revision = view.as_ref().and_then(|p| p.revision),
@@ -409,18 +412,18 @@ impl Forwarder {
             status,
             headers,
             body,
-            route: route.clone(),
+            destination: destination.clone(),
             attempts: 1,
         })
     }
 }
 
 impl Forwarder {
-    /// The HTTP request of one attempt of `req` to `route`'s owner.
+    /// The HTTP request of one attempt of `req` to `destination`'s owner.
     fn request(
         &self,
         req: &UpstreamRequest,
-        route: &Route,
+        destination: &Destination,
     ) -> Result<UpstreamHttpRequest, http::Error> {
         let method = match req.method {
             Method::Get => http::Method::GET,
@@ -428,9 +431,9 @@ impl Forwarder {
         };
         let mut builder = http::Request::builder()
             .method(method)
-            .uri(format!("{}{}", route.owner_url, req.path))
-            .header(HEADER_ASSIGNMENT_REVISION, route.map_revision)
-            .header(HEADER_EXPECTED_EPOCH, route.epoch);
+            .uri(format!("{}{}", destination.owner_url, req.path))
+            .header(HEADER_ASSIGNMENT_REVISION, destination.map_revision)
+            .header(HEADER_EXPECTED_EPOCH, destination.epoch);
         if let Some(id) = edge::request_id::current() {
             builder = builder.header(HEADER_REQUEST_ID, id.as_str());
         }

@@ -23,9 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::{dispatch, Dispatch};
 use crate::fenced::{Command, Outcome};
-use crate::job::WorkError;
 use crate::metrics as m;
 use crate::replica::ownership::Ownership;
+use crate::work::WorkError;
 use edge::problem::{json_config, path_config, resource};
 pub use problem::ApiError;
 use schema::assignment;

@@ -5,7 +5,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::fenced::ReadError;
-use crate::job::WorkError;
+use crate::work::WorkError;
 use schema::wire::{Problem, ProblemType, ReservationStatus};
 
 #[derive(Debug, thiserror::Error)]
