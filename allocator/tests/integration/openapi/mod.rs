@@ -1,4 +1,4 @@
-//! Keeps `allocator/openapi.json` honest.
+//! Keeps `schema/openapi.json` honest.
 //!
 //! The document is checked against the code's own declarations, not against its source text:
 //!
@@ -25,7 +25,7 @@ mod live;
 
 use serde_json::{json, Map, Value};
 
-const DOCUMENT: &str = include_str!("../../../openapi.json");
+const DOCUMENT: &str = schema::openapi::SHARED;
 
 /// The methods an OpenAPI path item can hold that this API could use.
 const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
