@@ -37,7 +37,7 @@ pub(super) async fn alert_fires_and_clears(
             balanced(m, &[keep.as_str()], PARTITIONS as usize)
         })
         .await;
-    prometheus.set_targets("allocator", &allocator_targets(&cluster));
+    prometheus.set_targets("allocator", &allocator_targets(cluster));
     prometheus
         .wait_for(
             "sole owner scraped",
@@ -87,7 +87,7 @@ pub(super) async fn alert_fires_and_clears(
 
     // An allocator back (same id; its old leases have expired): the alert clears.
     cluster.spawn_allocator(&keep);
-    prometheus.set_targets("allocator", &allocator_targets(&cluster));
+    prometheus.set_targets("allocator", &allocator_targets(cluster));
     cluster
         .wait_map(Duration::from_secs(30), |m| {
             balanced(m, &[keep.as_str()], PARTITIONS as usize)
