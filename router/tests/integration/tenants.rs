@@ -201,7 +201,7 @@ async fn namespaces_and_quantity_caps_hold_at_the_router() {
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
     let answer = send(
         Method::POST,
-        &format!("{reservations}/o-ok:0/release"),
+        &format!("{reservations}/order:o-ok:0/release"),
         ACME,
         None,
     )
