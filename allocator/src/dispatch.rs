@@ -78,3 +78,7 @@ pub async fn dispatch(
         }),
     }
 }
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod tests;
