@@ -9,26 +9,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::clock::{Clock, ManualClock};
-use crate::lease::state::LeaseTiming;
+use crate::lease::state::test_timing;
 use crate::worker::WorkerHandle;
 
 const PARTITION: u32 = 3;
 const EPOCH: i64 = 7;
 
-fn timing() -> LeaseTiming {
-    LeaseTiming::new(
-        Duration::from_secs(5),
-        Duration::from_secs(1),
-        Duration::from_millis(1500),
-    )
-    .unwrap()
-}
-
 /// An ownership table holding [`PARTITION`] at [`EPOCH`], served by a worker whose queue (of
 /// `capacity` items) the test reads.
 fn owned(capacity: usize) -> (Arc<ManualClock>, Ownership, mpsc::Receiver<WorkItem>) {
     let clock = Arc::new(ManualClock::new());
-    let ownership = Ownership::new(8, clock.clone(), timing());
+    let ownership = Ownership::new(8, clock.clone(), test_timing());
     let (sender, queue) = mpsc::channel(capacity);
     let worker = WorkerHandle {
         sender,

@@ -251,6 +251,17 @@ impl StallWatchdog {
     }
 }
 
+/// The timing the unit tests use: TTL 5 s, margin 1 s, renewal every 1.5 s.
+#[cfg(test)]
+pub(crate) fn test_timing() -> LeaseTiming {
+    LeaseTiming::new(
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+        Duration::from_millis(1500),
+    )
+    .unwrap()
+}
+
 #[cfg(test)]
 #[path = "state_tests.rs"]
 mod tests;

@@ -2,12 +2,7 @@ use super::*;
 use crate::clock::{Clock, ManualClock};
 
 fn timing() -> LeaseTiming {
-    LeaseTiming::new(
-        Duration::from_secs(5),
-        Duration::from_secs(1),
-        Duration::from_millis(1500),
-    )
-    .unwrap()
+    test_timing()
 }
 
 #[test]
