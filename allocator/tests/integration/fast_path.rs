@@ -43,6 +43,7 @@ async fn fixture() -> Fixture {
             statement_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_millis(500),
+            connect_timeout: allocator::db::CONNECT_TIMEOUT,
             application_name: "fast-path-test".into(),
         },
     )
