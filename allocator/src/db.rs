@@ -63,8 +63,15 @@ pub fn build_fenced_pool(
     pg.connect_timeout(Duration::from_secs(3));
     pg.keepalives(true);
     pg.keepalives_idle(Duration::from_secs(5));
+    // Generic plans for every prepared statement: the set-based reserve statement (a chain of
+    // eight CTEs over array parameters) costs about 0.35 ms to plan and 0.2 ms to run for one
+    // command, and PostgreSQL's default keeps re-planning it for small groups because a custom
+    // plan for a one-element array looks cheaper than the generic one. Every statement of the
+    // services is a key lookup or a set-based write over arrays, which the generic plan does
+    // as well (measured with `ops/bench/fenced-cost.sh`; README "What a reserve costs").
     pg.options(format!(
-        "-c statement_timeout={} -c idle_in_transaction_session_timeout={} -c lock_timeout={}",
+        "-c plan_cache_mode=force_generic_plan \
+         -c statement_timeout={} -c idle_in_transaction_session_timeout={} -c lock_timeout={}",
         settings.statement_timeout.as_millis(),
         settings.idle_in_transaction_timeout.as_millis(),
         settings.lock_timeout.as_millis()
