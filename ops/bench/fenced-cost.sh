@@ -8,11 +8,12 @@
 #
 # Rows, one after the other, each COST_DURATION seconds:
 #   pgbench naive     ops/bench/naive_reserve_{uniform,hot}.sql over COST_SKUS rows / one row,
-#                     COST_CONCURRENCY clients; then open loop (-R) at the rate of the first
+#                     COST_CONCURRENCY clients, and uniform with one client; then open loop (-R) at the rate of the first
 #                     candidate's 25 % row, latency from the schedule
 #   each candidate    an allocator started with the candidate's flags (COST_CANDIDATES), then
 #                     `loadtest run` straight to it, reserve only: closed loop uniform over
-#                     COST_SKUS SKUs and on one hot SKU with COST_CONCURRENCY clients, and open loop
+#                     COST_SKUS SKUs and on one hot SKU with COST_CONCURRENCY clients; then, restarted,
+#                     closed loop uniform with one client (a lone command at a time), and open loop
 #                     uniform at each of COST_OPEN_FRACTIONS ("0.25 0.5") of the FIRST candidate's
 #                     closed-loop uniform rate, so every candidate and pgbench -R (the last rows)
 #                     see the same offered rates
@@ -21,7 +22,8 @@
 # generator) and the top statements of pg_stat_statements (calls, mean execution time, rows per
 # call), reset before each row. Ratios: hot rows against pgbench hot, uniform rows against
 # pgbench uniform (throughput), CPU against pgbench's PostgreSQL CPU per transaction; open-loop
-# rows: p50 and p99 against pgbench -R at the same rate.
+# rows: p50 and p99 against pgbench -R at the same rate; 1-client rows: throughput, p50 and p99
+# against pgbench with one client.
 #
 # Knobs (environment): COST_DURATION (10), COST_CONCURRENCY (64), COST_SKUS (10000),
 # COST_PARTITIONS (16), COST_OPEN_FRACTIONS ("0.25 0.5"), COST_DIR (.cluster/cost),
@@ -145,8 +147,10 @@ pgbench_row() {
     reset_statements "$NAIVE_URL"
     rm -f "$prefix".*
     pg0="$(ticks "$POSTMASTER" tree)"
-    /usr/bin/time -f '%U %S' -o "$prefix.time" "$PGBENCH" -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -D skus="$SKUS" \
+    /usr/bin/time -f '%U %S' -o "$prefix.time" "$PGBENCH" -n -M prepared -c "${CLIENTS:-$CONCURRENCY}" -j "$(((${CLIENTS:-$CONCURRENCY} > 1) + 1))" -T "$DURATION" -D skus="$SKUS" \
         ${rate:+-R "$rate"} -f "$OPS_DIR/bench/$script" -l --log-prefix="$prefix" "$NAIVE_URL" >"$prefix.txt" 2>&1
+    # The backends exit with pgbench; their CPU counts once the postmaster has reaped them.
+    sleep 0.5
     pg1="$(ticks "$POSTMASTER" tree)"
     cat "$prefix".[0-9]* | awk '{ print $3 + ($7 == "" ? 0 : $7) }' | sort -n >"$prefix.us"
     count="$(wc -l <"$prefix.us")"
@@ -193,6 +197,7 @@ loadtest_row() {
 step "pgbench: naive fenced single-statement reserve"
 pgbench_row "naive uniform" naive_reserve_uniform.sql
 pgbench_row "naive hot" naive_reserve_hot.sql
+CLIENTS=1 pgbench_row "naive uniform, 1 client" naive_reserve_uniform.sql
 
 # start_allocator NAME BIN FLAGS...: one allocator owning every partition; sets ALLOC_PID and url.
 start_allocator() {
@@ -238,6 +243,8 @@ for candidate in "${CANDIDATE_LIST[@]}"; do
     # connections have seen only small groups (PostgreSQL's plan cache decides per connection).
     stop_allocator
     start_allocator "$name" "$bin" "${flags[@]}"
+    seed "l$name" "$SKUS"
+    loadtest_row "$name uniform, 1 client" "$url" "l$name" "$SKUS" uniform --concurrency 1
     for rate in $OPEN_RATES; do
         seed "o$name$rate" "$SKUS"
         loadtest_row "$name uniform ${rate}/s" "$url" "o$name$rate" "$SKUS" uniform --rate "$rate" --max-in-flight 256
@@ -254,11 +261,14 @@ done
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
     awk -F '\t' '
         $1 == "naive uniform" { nu = $2; ncpu = $5 } $1 == "naive hot" { nh = $2 }
+        $1 == "naive uniform, 1 client" { n1 = $2; n1cpu = $5; n150 = $3; n199 = $4 }
         $1 ~ /^naive uniform .*\/s$/ { rate = $1; sub(/.* /, "", rate); n50[rate] = $3; n99[rate] = $4 }
         { r[NR] = $0 }
         END { for (i = 1; i <= NR; i++) { split(r[i], f, "\t");
             base = (f[1] ~ /hot/ ? nh : nu)
             ratio = (f[1] ~ /^naive/ ? "1.00x" : sprintf("%.2fx; %.2fx", f[2] / base, f[5] / ncpu))
+            if (f[1] ~ /1 client$/ && f[1] !~ /^naive/)
+                ratio = sprintf("%.2fx, p50 %.2fx, p99 %.2fx; %s", f[2] / n1, f[3] / n150, f[4] / n199, (n1cpu > 0 ? sprintf("%.2fx", f[5] / n1cpu) : "-"))
             if (f[1] ~ /\/s$/) { rate = f[1]; sub(/.* /, "", rate)
                 ratio = sprintf("p50 %.2fx, p99 %.2fx; %.2fx", f[3] / n50[rate], f[4] / n99[rate], f[5] / ncpu) }
             printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], f[6], f[7], ratio } }' "$DIR/rows.tsv"
