@@ -65,10 +65,17 @@ pub fn build_pool(fence: &Arc<StorageFence>, settings: &PoolSettings) -> anyhow:
     )
 }
 
-/// The startup `options` that set the server-side timeouts of a session.
+/// The startup `options` that set the server-side timeouts of a session, and generic plans for
+/// every prepared statement: the allocator's set-based reserve statement (a chain of CTEs over
+/// array parameters) costs about 0.35 ms to plan and 0.2 ms to run for one command, and
+/// PostgreSQL's default keeps re-planning it for small groups because a custom plan for a
+/// one-element array looks cheaper than the generic one. Every statement of the services is a
+/// key lookup or a set-based write over arrays, which the generic plan does as well (measured
+/// with `ops/bench/fenced-cost.sh`; README "No planning per statement").
 fn server_options(settings: &PoolSettings) -> String {
     format!(
-        "-c statement_timeout={} -c idle_in_transaction_session_timeout={} -c lock_timeout={}",
+        "-c plan_cache_mode=force_generic_plan \
+         -c statement_timeout={} -c idle_in_transaction_session_timeout={} -c lock_timeout={}",
         settings.statement_timeout.as_millis(),
         settings.idle_in_transaction_timeout.as_millis(),
         settings.lock_timeout.as_millis()
@@ -92,7 +99,8 @@ mod tests {
         };
         assert_eq!(
             server_options(&settings),
-            "-c statement_timeout=1500 -c idle_in_transaction_session_timeout=4000 \
+            "-c plan_cache_mode=force_generic_plan \
+             -c statement_timeout=1500 -c idle_in_transaction_session_timeout=4000 \
              -c lock_timeout=250"
         );
     }
