@@ -79,8 +79,16 @@ async fn overdue_holds_come_back_while_their_partition_is_busy() {
                 let mut n = 0u64;
                 while Instant::now() < stop {
                     let id = format!("load-{w}-{n}");
+                    // On an overloaded machine a reserve may be answered 503 (try again):
+                    // the load only has to keep the partition busy.
                     let status = reserve(&base, &id, &busy, 1, 600).await.status();
-                    assert_eq!(status, StatusCode::CREATED, "load reserve {id}");
+                    assert!(
+                        matches!(
+                            status,
+                            StatusCode::CREATED | StatusCode::SERVICE_UNAVAILABLE
+                        ),
+                        "load reserve {id}: {status}"
+                    );
                     if back_seen.load(Ordering::SeqCst) {
                         after_back.fetch_add(1, Ordering::SeqCst);
                     }
@@ -94,8 +102,16 @@ async fn overdue_holds_come_back_while_their_partition_is_busy() {
 
     let held_at = Instant::now();
     for i in 0..5 {
-        let response = reserve(&base, &format!("short-{i}"), &scarce, 1, 1).await;
-        assert_eq!(response.status(), StatusCode::CREATED);
+        // A 503 is retried with the same id, as a client would.
+        let status = loop {
+            let status = reserve(&base, &format!("short-{i}"), &scarce, 1, 1)
+                .await
+                .status();
+            if status != StatusCode::SERVICE_UNAVAILABLE || Instant::now() >= stop {
+                break status;
+            }
+        };
+        assert_eq!(status, StatusCode::CREATED);
     }
     assert_eq!(available(&base, &scarce).await, 0);
     let back = loop {
