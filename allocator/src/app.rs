@@ -73,6 +73,7 @@ impl Application {
             statement_timeout: config.statement_timeout,
             idle_in_transaction_timeout: config.idle_in_transaction_timeout,
             lock_timeout: config.lock_timeout,
+            connect_timeout: crate::db::CONNECT_TIMEOUT,
             application_name: format!("allocator:{}", config.replica_id),
         };
         // Before any pool connects: read every configured host, so that the first connection
@@ -89,6 +90,7 @@ impl Application {
                 size: 4,
                 wait: timing.renew_interval / 2,
                 lock_timeout: timing.renew_interval / 2,
+                connect_timeout: crate::db::CONNECT_TIMEOUT,
                 application_name: format!("allocator:{}:leases", config.replica_id),
                 ..pool_settings.clone()
             },
@@ -178,6 +180,7 @@ impl Application {
                     size: job_connections,
                     wait: timing.renew_interval / 2,
                     lock_timeout: timing.renew_interval / 2,
+                    connect_timeout: crate::db::CONNECT_TIMEOUT,
                     application_name: format!("allocator:{}:settlement", config.replica_id),
                     ..pool_settings.clone()
                 },

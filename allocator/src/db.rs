@@ -1,10 +1,6 @@
-//! Connection pools with explicit sizes, timeouts and server-side limits, every one behind the
-//! storage fence.
-//!
-//! deadpool's timeouts default to "wait forever" and only work with a runtime set, so both are
-//! always configured here. Every connection also carries server-side timeouts: a SIGSTOPped
-//! replica keeps its locks until PostgreSQL drops its session, and `idle_in_transaction_session_timeout`
-//! is what bounds that.
+//! The replica's PostgreSQL sessions: pools (built by [`edge::pg`] with the same timeouts and
+//! server-side limits as the router's), every one behind the storage fence, and the `LISTEN`
+//! session outside any pool.
 //!
 //! The database URL may name several hosts (a primary and its standbys). Which of them a
 //! connection goes to is decided by the one [`StorageFence`] of the process (the `storage`
@@ -14,23 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use storage::{FenceSettings, PoolLimits, StorageFence};
+use storage::{FenceSettings, StorageFence};
 use tokio_postgres::NoTls;
 
-#[derive(Debug, Clone)]
-pub struct PoolSettings {
-    pub size: usize,
-    pub wait: Duration,
-    pub statement_timeout: Duration,
-    pub idle_in_transaction_timeout: Duration,
-    /// Lock waits fail fast so an acquire never queues behind a paused owner for long.
-    pub lock_timeout: Duration,
-    pub application_name: String,
-}
+pub use edge::pg::PoolSettings;
 
 /// How often the fence reads every configured host; a promotion is learnt within this even
 /// while no connection is made.
 pub const FENCE_PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long connecting to PostgreSQL may take, for every pool and session of a replica.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The process's storage fence for `database_url`. An allocator stamps a new generation on a
 /// primary it finds promoted.
@@ -40,7 +30,7 @@ pub fn fence(database_url: &str, application_name: &str) -> anyhow::Result<Arc<S
         FenceSettings {
             metrics: crate::metrics::STORAGE_METRICS,
             probe_interval: FENCE_PROBE_INTERVAL,
-            probe_timeout: Duration::from_secs(3),
+            probe_timeout: CONNECT_TIMEOUT,
             stamp: true,
             application_name: format!("{application_name}:fence"),
         },
@@ -58,27 +48,7 @@ pub fn build_fenced_pool(
     fence: &Arc<StorageFence>,
     settings: &PoolSettings,
 ) -> anyhow::Result<Pool> {
-    let mut pg = fence.config().clone();
-    pg.application_name(&settings.application_name);
-    pg.connect_timeout(Duration::from_secs(3));
-    pg.keepalives(true);
-    pg.keepalives_idle(Duration::from_secs(5));
-    pg.options(format!(
-        "-c statement_timeout={} -c idle_in_transaction_session_timeout={} -c lock_timeout={}",
-        settings.statement_timeout.as_millis(),
-        settings.idle_in_transaction_timeout.as_millis(),
-        settings.lock_timeout.as_millis()
-    ));
-    storage::build_pool(
-        fence,
-        pg,
-        &PoolLimits {
-            size: settings.size,
-            wait: settings.wait,
-            create: Duration::from_secs(3),
-            recycle: Duration::from_secs(1),
-        },
-    )
+    edge::pg::build_pool(fence, settings)
 }
 
 /// Connect once, outside any pool (for `migrate`), to the newest primary among the URL's hosts.
@@ -108,11 +78,8 @@ impl Listener {
         use futures::StreamExt;
 
         let mut pg: tokio_postgres::Config = self.database_url.parse()?;
-        pg.application_name("allocator:listener");
-        pg.connect_timeout(Duration::from_secs(3));
-        // A black-holed link must end the session so the loop reconnects.
-        pg.keepalives(true);
-        pg.keepalives_idle(Duration::from_secs(5));
+        // Keepalives: a black-holed link must end the session so the loop reconnects.
+        edge::pg::session(&mut pg, "allocator:listener", CONNECT_TIMEOUT);
         let (client, mut connection) = pg.connect(NoTls).await?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         // The connection delivers notifications only while it is polled, including while the

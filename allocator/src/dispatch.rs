@@ -12,10 +12,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::fenced::{Command, Outcome};
-use crate::job::{Job, WorkError};
 use crate::lease::FenceToken;
 use crate::metrics as m;
-use crate::replica::ownership::{Ownership, Route};
+use crate::replica::ownership::{Ownership, Placement};
+use crate::work::{WorkError, WorkItem};
 
 /// One command for one partition.
 #[derive(Debug)]
@@ -42,23 +42,23 @@ pub async fn dispatch(
         command,
         timeout,
     } = dispatch;
-    let (token, sender) = match ownership.route(partition) {
-        Route::Owned { token, sender } => (token, sender),
-        Route::Uncertain => {
+    let (token, sender) = match ownership.placement(partition) {
+        Placement::Owned { token, sender } => (token, sender),
+        Placement::Uncertain => {
             return Err(WorkError::Unavailable {
                 partition,
                 reason: "lease renewal unconfirmed".into(),
                 outcome_unknown: false,
             })
         }
-        Route::NotOwned => return Err(WorkError::NotOwner { partition }),
+        Placement::NotOwned => return Err(WorkError::NotOwner { partition }),
     };
     if expected_epoch.is_some_and(|expected| expected != token.epoch) {
         metrics::counter!(m::STALE_ROUTER_REQUESTS).increment(1);
         return Err(WorkError::NotOwner { partition });
     }
     let (reply, answer) = oneshot::channel();
-    if sender.try_send(Job { command, reply }).is_err() {
+    if sender.try_send(WorkItem { command, reply }).is_err() {
         metrics::counter!(m::QUEUE_REJECTIONS).increment(1);
         return Err(WorkError::Unavailable {
             partition,
@@ -78,3 +78,7 @@ pub async fn dispatch(
         }),
     }
 }
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod tests;

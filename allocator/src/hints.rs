@@ -49,7 +49,7 @@ async fn run(
     shutdown: CancellationToken,
 ) {
     let mut connection: Option<redis::aio::MultiplexedConnection> = None;
-    let mut backoff = Duration::from_millis(100);
+    let mut failures = 0u32;
     loop {
         let hint = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -63,7 +63,7 @@ async fn run(
             .await
             {
                 Ok(Ok(c)) => {
-                    backoff = Duration::from_millis(100);
+                    failures = 0;
                     connection = Some(c);
                 }
                 _ => {
@@ -72,8 +72,8 @@ async fn run(
                         partition = hint.partition,
                         "redis unavailable, hint dropped"
                     );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    tokio::time::sleep(edge::Backoff::RECONNECT.delay(failures)).await;
+                    failures = failures.saturating_add(1);
                     continue;
                 }
             }

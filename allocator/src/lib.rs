@@ -12,7 +12,7 @@
 //! 3. [`replica`] — the ownership table and the lease manager's tasks (campaign, renew,
 //!    watchdog, hand-back), which spawn and supervise workers.
 //! 4. [`worker`] — one task per owned partition: batching, sweeps, authority checks; it sees
-//!    its lease only through an [`authority::PartitionAuthority`] and takes [`job::Job`]s.
+//!    its lease only through an [`authority::PartitionAuthority`] and takes [`work::WorkItem`]s.
 //! 5. [`commit`] — group commit lanes sharing one statement between partitions.
 //! 6. [`fenced`] — the fenced statement itself: commands, fence, driver, reservations,
 //!    adjustments, ledger.
@@ -22,7 +22,8 @@
 //! relay it runs under its lease).
 //!
 //! Beside them: [`app`] wires everything together; [`clock`], [`config`], [`db`], [`error`],
-//! [`faults`], [`hints`], [`metrics`], [`signals`] and [`telemetry`] are leaves.
+//! [`faults`], [`hints`] and [`metrics`] are leaves. Signals, logs, request ids, pool settings
+//! and the problems of requests no handler sees come from the `edge` crate, shared with the router.
 pub mod api;
 pub mod app;
 pub mod authority;
@@ -36,13 +37,10 @@ pub mod events;
 pub mod faults;
 pub mod fenced;
 pub mod hints;
-pub mod job;
 pub mod lease;
 pub mod metrics;
 pub mod negative_control;
 pub mod replica;
-pub mod request_id;
 pub mod settlement;
-pub mod signals;
-pub mod telemetry;
+pub mod work;
 pub mod worker;

@@ -10,7 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    allocator::telemetry::init();
+    edge::telemetry::init();
     let cli = Cli::parse();
     match cli.command {
         Command::Migrate(args) => {
@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
             let app = Application::build(config).await?;
             let shutdown = app.shutdown_token();
             tokio::spawn(async move {
-                allocator::signals::wait_for_shutdown_signal().await;
+                edge::signals::wait_for_shutdown_signal().await;
                 shutdown.cancel();
             });
             app.run_until_stopped().await

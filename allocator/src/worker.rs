@@ -26,9 +26,9 @@ use crate::authority::{PartitionAuthority, Withheld};
 use crate::commit::{Claim, CommitError, Committer, Submission};
 use crate::error::DbFailure;
 use crate::fenced::{Command, Fence, FencedError, Outcome};
-use crate::job::{Job, WorkError};
 use crate::lease::state::LossCause;
 use crate::metrics as m;
+use crate::work::{WorkError, WorkItem};
 
 /// What every worker shares.
 pub struct WorkerContext {
@@ -43,7 +43,7 @@ pub struct WorkerContext {
 /// A running partition worker, as the ownership table keeps it.
 #[derive(Debug)]
 pub struct WorkerHandle {
-    pub sender: mpsc::Sender<Job>,
+    pub sender: mpsc::Sender<WorkItem>,
     /// Cancelled when authority is lost: the worker aborts its in-flight transaction and answers
     /// everything queued with "not owner".
     pub cancel: CancellationToken,
@@ -81,7 +81,7 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(mut self, mut receiver: mpsc::Receiver<Job>) {
+    async fn run(mut self, mut receiver: mpsc::Receiver<WorkItem>) {
         let partition = self.fence.token.partition;
         tracing::info!(
             partition,
@@ -133,7 +133,7 @@ impl Worker {
 
     /// Take a job into the batch unless its caller has already given up (timed out or
     /// disconnected): running it would only feed a duplicate of a retry.
-    fn admit(&self, job: Job, batch: &mut Vec<Job>) {
+    fn admit(&self, job: WorkItem, batch: &mut Vec<WorkItem>) {
         if job.reply.is_closed() {
             metrics::counter!(m::ABANDONED_COMMANDS).increment(1);
         } else {
@@ -165,7 +165,7 @@ impl Worker {
 
     /// Run `batch` (after a sweep when `sweep` is set) and answer every job. Returns how many
     /// holds the sweep expired, if it ran.
-    async fn process(&mut self, batch: Vec<Job>, sweep: bool) -> Option<u64> {
+    async fn process(&mut self, batch: Vec<WorkItem>, sweep: bool) -> Option<u64> {
         crate::faults::before_batch(batch.iter().map(|job| &job.command));
         if !batch.is_empty() {
             metrics::histogram!(m::BATCH_SIZE).record(batch.len() as f64);

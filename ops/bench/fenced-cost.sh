@@ -8,22 +8,30 @@
 #
 # Rows, one after the other, each COST_DURATION seconds:
 #   pgbench naive     ops/bench/naive_reserve_{uniform,hot}.sql over COST_SKUS rows / one row,
-#                     COST_CONCURRENCY clients; then open loop (-R) at the rate of the first
+#                     COST_CONCURRENCY clients, and uniform with one client; then open loop (-R) at the rate of the first
 #                     candidate's 25 % row, latency from the schedule
 #   each candidate    an allocator started with the candidate's flags (COST_CANDIDATES), then
 #                     `loadtest run` straight to it, reserve only: closed loop uniform over
-#                     COST_SKUS SKUs and on one hot SKU with COST_CONCURRENCY clients, and open loop
-#                     uniform at COST_OPEN_FRACTION (0.25) of its own closed-loop uniform rate
+#                     COST_SKUS SKUs and on one hot SKU with COST_CONCURRENCY clients; then, restarted,
+#                     closed loop uniform with one client (a lone command at a time), and open loop
+#                     uniform at each of COST_OPEN_FRACTIONS ("0.25 0.5") of the FIRST candidate's
+#                     closed-loop uniform rate, so every candidate and pgbench -R (the last rows)
+#                     see the same offered rates
 # Every row reports operations per second, p50/p99 latency (ms), CPU per operation (µs, from
 # /proc: the PostgreSQL postmaster and every backend, live or exited; the allocator; the load
 # generator) and the top statements of pg_stat_statements (calls, mean execution time, rows per
 # call), reset before each row. Ratios: hot rows against pgbench hot, uniform rows against
-# pgbench uniform (throughput), CPU against pgbench's PostgreSQL CPU per transaction.
+# pgbench uniform (throughput), CPU against pgbench's PostgreSQL CPU per transaction; open-loop
+# rows: p50 and p99 against pgbench -R at the same rate; 1-client rows: throughput, p50 and p99
+# against pgbench with one client.
 #
 # Knobs (environment): COST_DURATION (10), COST_CONCURRENCY (64), COST_SKUS (10000),
-# COST_PARTITIONS (16), COST_OPEN_FRACTION (0.25), COST_DIR (.cluster/cost),
+# COST_PARTITIONS (16), COST_OPEN_FRACTIONS ("0.25 0.5"), COST_DIR (.cluster/cost),
 # COST_SKIP_BUILD=1, COST_CANDIDATES (name=flags pairs separated by ';'; default
 # "set=--set-based-reserves=true;function=--set-based-reserves=false;set-2-lanes=--commit-lanes 2").
+# A candidate's flags may start with bin=PATH: that allocator binary instead of the build's, for an
+# A/B of two builds in one invocation, e.g.
+# COST_CANDIDATES="before=bin=/tmp/old/allocator;after=" ops/bench/fenced-cost.sh
 set -euo pipefail
 
 # shellcheck source=ops/lib.sh
@@ -40,7 +48,7 @@ DURATION="${COST_DURATION:-10}"
 CONCURRENCY="${COST_CONCURRENCY:-64}"
 SKUS="${COST_SKUS:-10000}"
 PARTITIONS="${COST_PARTITIONS:-16}"
-OPEN_FRACTION="${COST_OPEN_FRACTION:-0.25}"
+OPEN_FRACTIONS="${COST_OPEN_FRACTIONS:-${COST_OPEN_FRACTION:-0.25 0.5}}"
 CANDIDATES="${COST_CANDIDATES:-set=--set-based-reserves=true;function=--set-based-reserves=false;set-2-lanes=--commit-lanes 2}"
 DIR="${COST_DIR:-$REPO_ROOT/.cluster/cost}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
@@ -95,7 +103,7 @@ seed() {
 }
 NAIVE_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_naive"
 "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_naive
-psql_db "$NAIVE_URL" -v partitions="$PARTITIONS" -v stock="$STOCK" -v skus=100000 -f "$OPS_DIR/bench/naive_init.sql"
+psql_db "$NAIVE_URL" -v partitions="$PARTITIONS" -v stock="$STOCK" -v skus="$SKUS" -f "$OPS_DIR/bench/naive_init.sql"
 psql_db "$NAIVE_URL" -c "CREATE EXTENSION pg_stat_statements"
 
 # ticks PID: utime + stime of PID; with "tree", also of its exited, waited-for children and of its
@@ -139,8 +147,10 @@ pgbench_row() {
     reset_statements "$NAIVE_URL"
     rm -f "$prefix".*
     pg0="$(ticks "$POSTMASTER" tree)"
-    /usr/bin/time -f '%U %S' -o "$prefix.time" "$PGBENCH" -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" \
+    /usr/bin/time -f '%U %S' -o "$prefix.time" "$PGBENCH" -n -M prepared -c "${CLIENTS:-$CONCURRENCY}" -j "$(((${CLIENTS:-$CONCURRENCY} > 1) + 1))" -T "$DURATION" -D skus="$SKUS" \
         ${rate:+-R "$rate"} -f "$OPS_DIR/bench/$script" -l --log-prefix="$prefix" "$NAIVE_URL" >"$prefix.txt" 2>&1
+    # The backends exit with pgbench; their CPU counts once the postmaster has reaped them.
+    sleep 0.5
     pg1="$(ticks "$POSTMASTER" tree)"
     cat "$prefix".[0-9]* | awk '{ print $3 + ($7 == "" ? 0 : $7) }' | sort -n >"$prefix.us"
     count="$(wc -l <"$prefix.us")"
@@ -187,47 +197,80 @@ loadtest_row() {
 step "pgbench: naive fenced single-statement reserve"
 pgbench_row "naive uniform" naive_reserve_uniform.sql
 pgbench_row "naive hot" naive_reserve_hot.sql
+CLIENTS=1 pgbench_row "naive uniform, 1 client" naive_reserve_uniform.sql
 
-FIRST_OPEN_RATE=""
-IFS=';' read -r -a CANDIDATE_LIST <<<"$CANDIDATES"
-for candidate in "${CANDIDATE_LIST[@]}"; do
-    name="${candidate%%=*}"
-    read -r -a flags <<<"${candidate#*=}"
-    step "candidate $name: allocator ${flags[*]}"
+# start_allocator NAME BIN FLAGS...: one allocator owning every partition; sets ALLOC_PID and url.
+start_allocator() {
+    local name=$1 bin=$2 port
+    shift 2
     port="$(free_port)"
-    RUST_LOG=warn "$ALLOCATOR" serve --database-url "$DATABASE_URL" --listen "127.0.0.1:$port" \
-        --replica-id "cost-$name" "${flags[@]}" >"$DIR/allocator-$name.log" 2>&1 &
+    RUST_LOG=warn "$bin" serve --database-url "$DATABASE_URL" --listen "127.0.0.1:$port" \
+        --replica-id "cost-$name" "$@" >>"$DIR/allocator-$name.log" 2>&1 &
     ALLOC_PID=$!
     url="http://127.0.0.1:$port"
     wait_http "$url/readyz" 60 || die "allocator $name not ready"
     until [[ "$(curl -fsS "$url/v1/partitions" | jq '[.partitions[] | select(.owner_id == "cost-'"$name"'")] | length')" == "$PARTITIONS" ]]; do
         sleep 0.2
     done
+}
+stop_allocator() { kill -TERM "$ALLOC_PID"; wait "$ALLOC_PID" || true; ALLOC_PID=""; }
+
+OPEN_RATES=""
+IFS=';' read -r -a CANDIDATE_LIST <<<"$CANDIDATES"
+for candidate in "${CANDIDATE_LIST[@]}"; do
+    name="${candidate%%=*}"
+    read -r -a flags <<<"${candidate#*=}"
+    bin="$ALLOCATOR"
+    if [[ "${flags[0]:-}" == bin=* ]]; then
+        bin="${flags[0]#bin=}"
+        flags=("${flags[@]:1}")
+        [[ -x "$bin" ]] || die "candidate $name: no allocator binary $bin"
+    fi
+    step "candidate $name: $bin ${flags[*]}"
+    start_allocator "$name" "$bin" "${flags[@]}"
     # Fresh SKUs for every row: loadtest's checks account from the seeded state.
     seed "u$name" "$SKUS"
     seed "h$name" 1
-    seed "o$name" "$SKUS"
     loadtest_row "$name uniform" "$url" "u$name" "$SKUS" uniform --concurrency "$CONCURRENCY"
     loadtest_row "$name hot" "$url" "h$name" 1 uniform --concurrency "$CONCURRENCY"
-    peak="$(awk -F '\t' -v r="$name uniform" '$1 == r { print $2 }' "$DIR/rows.tsv")"
-    rate="$(awk -v p="$peak" -v f="$OPEN_FRACTION" 'BEGIN { printf "%.0f", p * f }')"
-    FIRST_OPEN_RATE="${FIRST_OPEN_RATE:-$rate}"
-    loadtest_row "$name uniform ${rate}/s" "$url" "o$name" "$SKUS" uniform --rate "$rate" --max-in-flight 256
-    kill -TERM "$ALLOC_PID"; wait "$ALLOC_PID" || true; ALLOC_PID=""
+    if [[ -z "$OPEN_RATES" ]]; then
+        peak="$(awk -F '\t' -v r="$name uniform" '$1 == r { print $2 }' "$DIR/rows.tsv")"
+        for fraction in $OPEN_FRACTIONS; do
+            OPEN_RATES+="$(awk -v p="$peak" -v f="$fraction" 'BEGIN { printf "%.0f", p * f }') "
+        done
+    fi
+    # The open-loop rows on a freshly started allocator, as at ordinary load after a start: its
+    # connections have seen only small groups (PostgreSQL's plan cache decides per connection).
+    stop_allocator
+    start_allocator "$name" "$bin" "${flags[@]}"
+    seed "l$name" "$SKUS"
+    loadtest_row "$name uniform, 1 client" "$url" "l$name" "$SKUS" uniform --concurrency 1
+    for rate in $OPEN_RATES; do
+        seed "o$name$rate" "$SKUS"
+        loadtest_row "$name uniform ${rate}/s" "$url" "o$name$rate" "$SKUS" uniform --rate "$rate" --max-in-flight 256
+    done
+    stop_allocator
 done
-pgbench_row "naive uniform ${FIRST_OPEN_RATE}/s" naive_reserve_uniform.sql "$FIRST_OPEN_RATE"
+for rate in $OPEN_RATES; do
+    pgbench_row "naive uniform ${rate}/s" naive_reserve_uniform.sql "$rate"
+done
 
 # --- table ---------------------------------------------------------------------------------------
 {
-    echo "| row | ops/s | p50 ms | p99 ms | PostgreSQL CPU µs/op | allocator CPU µs/op | load generator CPU µs/op | vs naive (throughput; PostgreSQL CPU) |"
+    echo "| row | ops/s | p50 ms | p99 ms | PostgreSQL CPU µs/op | allocator CPU µs/op | load generator CPU µs/op | vs naive (throughput or open-loop p50/p99 at the same rate; PostgreSQL CPU) |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
     awk -F '\t' '
         $1 == "naive uniform" { nu = $2; ncpu = $5 } $1 == "naive hot" { nh = $2 }
+        $1 == "naive uniform, 1 client" { n1 = $2; n1cpu = $5; n150 = $3; n199 = $4 }
+        $1 ~ /^naive uniform .*\/s$/ { rate = $1; sub(/.* /, "", rate); n50[rate] = $3; n99[rate] = $4 }
         { r[NR] = $0 }
         END { for (i = 1; i <= NR; i++) { split(r[i], f, "\t");
             base = (f[1] ~ /hot/ ? nh : nu)
             ratio = (f[1] ~ /^naive/ ? "1.00x" : sprintf("%.2fx; %.2fx", f[2] / base, f[5] / ncpu))
-            if (f[1] ~ /\/s$/) ratio = sprintf("-; %.2fx", f[5] / ncpu)
+            if (f[1] ~ /1 client$/ && f[1] !~ /^naive/)
+                ratio = sprintf("%.2fx, p50 %.2fx, p99 %.2fx; %s", f[2] / n1, f[3] / n150, f[4] / n199, (n1cpu > 0 ? sprintf("%.2fx", f[5] / n1cpu) : "-"))
+            if (f[1] ~ /\/s$/) { rate = f[1]; sub(/.* /, "", rate)
+                ratio = sprintf("p50 %.2fx, p99 %.2fx; %.2fx", f[3] / n50[rate], f[4] / n99[rate], f[5] / ncpu) }
             printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], f[6], f[7], ratio } }' "$DIR/rows.tsv"
     echo
     echo "Top statements per row (pg_stat_statements, reset before each row):"

@@ -3,7 +3,7 @@
 //! [`Application::build`] binds the listener (port 0 in tests; [`Application::port`] tells which
 //! port was bound), creates the database pool, the upstream HTTP client and the assignment cache
 //! *outside* actix's per-worker factory so all workers share them, loads the map once
-//! (`startup`), and spawns the background tasks: the periodic poll, the Redis feed and metrics
+//! (`startup`), and spawns the background tasks: the periodic poll, the Redis hint subscription and metrics
 //! upkeep.
 //!
 //! **Shutdown.** One [`CancellationToken`] is the only shutdown signal. Cancelling it (SIGTERM or
@@ -25,14 +25,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assignment_cache::AssignmentCache;
 use crate::config::RouterConfig;
-use crate::feed::{self, FeedConfig};
 use crate::forward::{Forwarder, RetryPolicy};
+use crate::hints::{self, HintsConfig};
 use crate::metrics::{self, RefreshCause};
 use crate::orders::store::OrderStore;
-use crate::retry::Backoff;
 use crate::state::AppState;
 use crate::upstream::UpstreamClient;
 use crate::{db, poll, routes};
+use edge::Backoff;
 
 /// How long in-flight requests may take to finish after shutdown is requested.
 const SHUTDOWN_GRACE_SECONDS: u64 = 10;
@@ -147,11 +147,11 @@ impl Application {
             )),
         ];
         match &config.redis_url {
-            Some(url) => tasks.push(tokio::spawn(feed::run(
-                FeedConfig {
+            Some(url) => tasks.push(tokio::spawn(hints::run(
+                HintsConfig {
                     redis_url: url.clone(),
-                    reconnect_max: config.feed_reconnect_max,
-                    ping_interval: config.feed_ping_interval,
+                    reconnect_max: config.hints_reconnect_max,
+                    ping_interval: config.hints_ping_interval,
                 },
                 cache.clone(),
                 shutdown.clone(),
@@ -193,11 +193,11 @@ impl Application {
                 .app_data(state.clone())
                 // Inside the request id, so refusals carry and log it.
                 .wrap(access::AccessControl::new(access.clone()))
-                .wrap_fn(crate::request_id::middleware)
+                .wrap_fn(edge::request_id::middleware)
                 .wrap_fn(crate::console::record)
                 .configure(routes::configure)
                 .configure(|cfg| console.configure(cfg))
-                .default_service(web::to(routes::not_found))
+                .default_service(web::to(edge::problem::not_found))
         })
         .disable_signals()
         .shutdown_timeout(SHUTDOWN_GRACE_SECONDS);

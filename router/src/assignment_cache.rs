@@ -30,7 +30,7 @@ use crate::metrics::{self, RefreshCause};
 
 /// Where to send a request for one partition, as of one map.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
+pub struct Destination {
     pub partition: u32,
     pub owner_id: String,
     pub owner_url: String,
@@ -70,10 +70,10 @@ impl RoutingMap {
     }
 
     /// The live owner of `partition`, if any.
-    pub fn route(&self, partition: u32) -> Option<Route> {
+    pub fn destination(&self, partition: u32) -> Option<Destination> {
         let entry = self.entry(partition)?;
         match (&entry.owner_id, &entry.owner_url) {
-            (Some(owner_id), Some(owner_url)) => Some(Route {
+            (Some(owner_id), Some(owner_url)) => Some(Destination {
                 partition,
                 owner_id: owner_id.clone(),
                 owner_url: owner_url.trim_end_matches('/').to_owned(),
@@ -283,7 +283,7 @@ mod tests {
             slot.offer(map(9, 3, &[(Some("a"), 1)])),
             Offer::Stale { current: 10 }
         );
-        assert_eq!(slot.get().unwrap().route(0).unwrap().owner_id, "b");
+        assert_eq!(slot.get().unwrap().destination(0).unwrap().owner_id, "b");
         // A read that started earlier with an older revision also loses.
         assert_eq!(
             slot.offer(map(9, 1, &[(Some("a"), 1)])),
@@ -293,7 +293,7 @@ mod tests {
             slot.offer(map(11, 4, &[(Some("c"), 3)])),
             Offer::Accepted { previous: Some(10) }
         );
-        assert_eq!(slot.get().unwrap().route(0).unwrap().owner_id, "c");
+        assert_eq!(slot.get().unwrap().destination(0).unwrap().owner_id, "c");
     }
 
     #[test]
@@ -305,13 +305,13 @@ mod tests {
             slot.offer(map(5, 3, &[(None, 1)])),
             Offer::Accepted { previous: Some(5) }
         );
-        assert!(slot.get().unwrap().route(0).is_none());
+        assert!(slot.get().unwrap().destination(0).is_none());
         // Read 1 completing late must not resurrect the expired owner.
         assert_eq!(
             slot.offer(map(5, 1, &[(Some("a"), 1)])),
             Offer::Stale { current: 5 }
         );
-        assert!(slot.get().unwrap().route(0).is_none());
+        assert!(slot.get().unwrap().destination(0).is_none());
         // Re-offering the same read is not "newer" either.
         assert_eq!(
             slot.offer(map(5, 3, &[(Some("a"), 1)])),
@@ -320,15 +320,15 @@ mod tests {
     }
 
     #[test]
-    fn route_names_live_owner_with_epoch_and_map_revision() {
+    fn destination_names_live_owner_with_epoch_and_map_revision() {
         let m = map(7, 1, &[(Some("a"), 4), (None, 2)]);
-        let r = m.route(0).unwrap();
+        let r = m.destination(0).unwrap();
         assert_eq!(r.owner_id, "a");
         assert_eq!(r.owner_url, "http://a");
         assert_eq!(r.epoch, 4);
         assert_eq!(r.map_revision, 7);
-        assert!(m.route(1).is_none());
-        assert!(m.route(2).is_none());
+        assert!(m.destination(1).is_none());
+        assert!(m.destination(2).is_none());
     }
 
     #[test]

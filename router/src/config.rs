@@ -187,11 +187,11 @@ pub struct RouterConfig {
     pub orders_db_pool_size: usize,
     pub db_timeout: Duration,
     pub workers: Option<usize>,
-    /// How long the Redis feed waits between connection attempts at most (backoff cap).
-    pub feed_reconnect_max: Duration,
-    /// How often the feed pings Redis; a subscription on a frozen server would otherwise look
+    /// How long the Redis hint subscription waits between connection attempts at most (backoff cap).
+    pub hints_reconnect_max: Duration,
+    /// How often the hint subscription pings Redis; a subscription on a frozen server would otherwise look
     /// healthy forever.
-    pub feed_ping_interval: Duration,
+    pub hints_ping_interval: Duration,
     /// Authentication and per-client limits of this router's clients.
     pub access: access::Settings,
     /// This router's credential towards allocators; `None` sends none.
@@ -221,8 +221,8 @@ impl RouterConfig {
             orders_db_pool_size: 16,
             db_timeout: Duration::from_millis(2000),
             workers: None,
-            feed_reconnect_max: Duration::from_secs(5),
-            feed_ping_interval: Duration::from_secs(2),
+            hints_reconnect_max: Duration::from_secs(5),
+            hints_ping_interval: Duration::from_secs(2),
             access: access::Settings::off(),
             upstream_token_file: None,
             tls: None,
@@ -260,8 +260,8 @@ impl RouterConfig {
                 self.upstream_request_timeout,
             ),
             ("--db-timeout-ms (ROUTER_DB_TIMEOUT_MS)", self.db_timeout),
-            ("feed reconnect max", self.feed_reconnect_max),
-            ("feed ping interval", self.feed_ping_interval),
+            ("hints reconnect max", self.hints_reconnect_max),
+            ("hints ping interval", self.hints_ping_interval),
         ];
         for (name, value) in positive {
             if value.is_zero() {

@@ -3,14 +3,16 @@
 //!
 //! deadpool's timeouts default to none, which would let a frozen database park every request
 //! forever; every wait here is bounded by `db_timeout` (waiting for a pooled connection,
-//! connecting, recycling, and each query as a whole).
+//! connecting, recycling, and each query as a whole), and every session has the server-side
+//! timeouts of [`edge::pg`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use edge::pg::PoolSettings;
 use schema::wire::PartitionMap;
-use storage::{FenceSettings, PoolLimits, StorageFence};
+use storage::{FenceSettings, StorageFence};
 
 use crate::config::RouterConfig;
 
@@ -44,24 +46,27 @@ pub fn fence(config: &RouterConfig) -> anyhow::Result<Arc<StorageFence>> {
     )
 }
 
-/// Builds a pool of `size` connections without connecting; connections are made on first use, so
-/// the router starts even while PostgreSQL is down.
+/// A pool of `size` connections ([`edge::pg::build_pool`]: the allocator's keepalives and
+/// server-side timeouts), without connecting: connections are made on first use, so the router
+/// starts even while PostgreSQL is down. A statement may run as long as an order's lock wait
+/// (the one statement that waits), a lock wait and an idle transaction as long as the order
+/// store allows (it narrows both per transaction, `SET LOCAL`).
 pub fn build_pool(
     fence: &Arc<StorageFence>,
     config: &RouterConfig,
     size: usize,
 ) -> anyhow::Result<Pool> {
-    let mut pg = fence.config().clone();
-    pg.connect_timeout(config.db_timeout);
-    pg.application_name("router");
-    storage::build_pool(
+    let lock_wait = config.order_lock_wait();
+    edge::pg::build_pool(
         fence,
-        pg,
-        &PoolLimits {
+        &PoolSettings {
             size,
             wait: config.db_timeout,
-            create: config.db_timeout,
-            recycle: config.db_timeout,
+            connect_timeout: config.db_timeout,
+            statement_timeout: lock_wait + config.db_timeout,
+            idle_in_transaction_timeout: lock_wait * 2,
+            lock_timeout: lock_wait,
+            application_name: "router".to_owned(),
         },
     )
 }

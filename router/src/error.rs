@@ -5,19 +5,15 @@
 //! decides: bad input, an unknown reservation, PostgreSQL unreachable for a routing lookup, and
 //! giving up on an upstream within the retry deadline.
 
-use actix_web::http::{header, StatusCode};
+use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
-use schema::wire::{Problem, ProblemType, PROBLEM_CONTENT_TYPE};
+use schema::wire::{Problem, ProblemType};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouterError {
     /// Malformed, oversized or out-of-bounds input; never forwarded.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
-
-    /// The body exceeds `limits::BODY_MAX_BYTES`.
-    #[error("request body is larger than {0} bytes")]
-    PayloadTooLarge(usize),
 
     /// The router knows the thing does not exist (e.g. no reservation with that id).
     #[error("not found: {0}")]
@@ -52,9 +48,6 @@ impl RouterError {
             RouterError::InvalidRequest(detail) => {
                 Problem::new(ProblemType::InvalidRequest, detail)
             }
-            RouterError::PayloadTooLarge(_) => {
-                Problem::new(ProblemType::InvalidRequest, self.to_string())
-            }
             RouterError::NotFound(detail) => Problem::new(ProblemType::NotFound, detail),
             RouterError::Storage(detail) => Problem {
                 outcome_unknown: Some(false),
@@ -80,7 +73,6 @@ impl ResponseError for RouterError {
     fn status_code(&self) -> StatusCode {
         match self {
             RouterError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            RouterError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RouterError::NotFound(_) => StatusCode::NOT_FOUND,
             RouterError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
             RouterError::Upstream { status, .. } => {
@@ -91,34 +83,15 @@ impl ResponseError for RouterError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let mut builder = HttpResponse::build(self.status_code());
-        if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
-            builder.insert_header((header::RETRY_AFTER, "1"));
-        }
-        problem_response(builder, &self.problem())
-    }
-}
-
-/// Render any serialisable problem document with the problem content type.
-pub fn problem_response<T: serde::Serialize>(
-    mut builder: actix_web::HttpResponseBuilder,
-    problem: &T,
-) -> HttpResponse {
-    match serde_json::to_vec(problem) {
-        Ok(body) => builder
-            .insert_header((header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE))
-            .body(body),
-        // Serialising plain structs cannot fail; answer something well-formed anyway.
-        Err(_) => HttpResponse::InternalServerError()
-            .insert_header((header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE))
-            .body(r#"{"type":"urn:allocator:problem:internal","title":"Internal error","status":500}"#),
+        edge::problem::body(edge::problem::builder(self.status_code()), &self.problem())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use schema::wire::problem_type;
+    use actix_web::http::header;
+    use schema::wire::{problem_type, PROBLEM_CONTENT_TYPE};
 
     #[test]
     fn upstream_problem_carries_outcome_unknown() {

@@ -11,8 +11,8 @@
 //!
 //! * [`assignment_cache`] holds the partition → owner map, replaced only by newer reads of
 //!   PostgreSQL (monotonic in revision).
-//! * [`feed`] listens to Redis hints and [`poll`] re-reads periodically; both only *trigger*
-//!   re-reads, so routing stays correct with Redis down.
+//! * [`hints`] subscribes to the Redis hints the allocators publish and [`poll`] re-reads
+//!   periodically; both only *trigger* re-reads, so routing stays correct with Redis down.
 //! * [`forward`] sends one request to the owner and retries, with the same id, on `421`, `503`,
 //!   connect errors and timeouts within a deadline ([`retry`] holds the pure backoff and
 //!   classification rules).
@@ -29,17 +29,14 @@ pub mod config;
 pub mod console;
 pub mod db;
 pub mod error;
-pub mod feed;
 pub mod forward;
+pub mod hints;
 pub mod metrics;
 pub mod orders;
 pub mod poll;
-pub mod request_id;
 pub mod retry;
 pub mod routes;
-pub mod signals;
 pub mod state;
-pub mod telemetry;
 pub mod upstream;
 
 pub use app::Application;

@@ -20,12 +20,10 @@
 //! "May have been applied" is sticky across the attempts of one request: a timeout on attempt 1
 //! followed by a clean `503` on attempt 2 still leaves attempt 1 possibly committed.
 //!
-//! Backoff is exponential with "equal jitter": the delay for attempt `n` lies in
-//! `[d/2, d]` with `d = min(max, base * 2^n)`. The lower half bound keeps a minimum spacing (a
+//! Backoff ([`edge::Backoff`]) is exponential with "equal jitter": the delay for attempt `n`
+//! lies in `[d/2, d]` with `d = min(max, base * 2^n)`. The lower half bound keeps a minimum spacing (a
 //! crashed owner is not hammered); the random upper half spreads out many routers retrying the
 //! same partition after one failover.
-
-use std::time::Duration;
 
 /// Why an upstream attempt failed in a retryable way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,13 +84,8 @@ impl AttemptFailure {
         }
     }
 
-    /// Classify a transport error from reqwest. A connect error is checked first: a connect
-    /// timeout is both a timeout and a connect error, and nothing was sent in that case.
-    pub fn from_transport(err: &reqwest::Error) -> Self {
-        Self::from_transport_flags(err.is_connect(), err.is_timeout())
-    }
-
-    /// The rule of [`AttemptFailure::from_transport`] on plain flags, so it can be tested.
+    /// Classify a failed transport attempt. A connect error is checked first: a connect timeout
+    /// is both a timeout and a connect error, and nothing was sent in that case.
     pub fn from_transport_flags(is_connect: bool, is_timeout: bool) -> Self {
         if is_connect {
             Self::ConnectFailed
@@ -125,89 +118,9 @@ pub fn give_up_status(last: AttemptFailure) -> u16 {
     }
 }
 
-/// Exponential backoff with equal jitter.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    /// Delay ceiling before jitter for the first retry.
-    pub base: Duration,
-    /// Largest delay; keeps the retry loop responsive inside the deadline.
-    pub max: Duration,
-}
-
-impl Backoff {
-    /// Upper bound of the delay before retry number `attempt` (0-based).
-    pub fn ceiling(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX);
-        self.base.saturating_mul(factor).min(self.max)
-    }
-
-    /// The delay before retry number `attempt`, given `unit` uniformly drawn from `[0, 1)`.
-    /// Always within `[ceiling/2, ceiling]`.
-    pub fn delay_with(&self, attempt: u32, unit: f64) -> Duration {
-        let ceiling = self.ceiling(attempt);
-        let unit = if unit.is_finite() {
-            unit.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        let half = ceiling / 2;
-        half + (ceiling - half).mul_f64(unit)
-    }
-
-    /// The delay before retry number `attempt` with fresh randomness.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        self.delay_with(attempt, rand::random::<f64>())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn backoff() -> Backoff {
-        Backoff {
-            base: Duration::from_millis(25),
-            max: Duration::from_millis(500),
-        }
-    }
-
-    #[test]
-    fn backoff_grows_exponentially_up_to_the_cap() {
-        let b = backoff();
-        let ceilings: Vec<u64> = (0..8).map(|a| b.ceiling(a).as_millis() as u64).collect();
-        assert_eq!(ceilings, vec![25, 50, 100, 200, 400, 500, 500, 500]);
-        // Huge attempt numbers neither overflow nor exceed the cap.
-        assert_eq!(b.ceiling(u32::MAX), Duration::from_millis(500));
-    }
-
-    #[test]
-    fn jitter_stays_within_half_to_full_ceiling() {
-        let b = backoff();
-        for attempt in 0..12 {
-            let ceiling = b.ceiling(attempt);
-            assert_eq!(b.delay_with(attempt, 0.0), ceiling / 2);
-            assert_eq!(b.delay_with(attempt, 1.0), ceiling);
-            for _ in 0..200 {
-                let d = b.delay(attempt);
-                assert!(d >= ceiling / 2 && d <= ceiling, "{d:?} outside bounds");
-            }
-        }
-        // Garbage randomness is clamped rather than trusted.
-        assert_eq!(b.delay_with(0, f64::NAN), Duration::from_micros(12_500));
-        assert_eq!(b.delay_with(0, 7.0), Duration::from_millis(25));
-        assert_eq!(b.delay_with(0, -1.0), Duration::from_micros(12_500));
-    }
-
-    #[test]
-    fn jitter_actually_varies() {
-        let b = backoff();
-        let samples: std::collections::HashSet<Duration> = (0..50).map(|_| b.delay(4)).collect();
-        assert!(
-            samples.len() > 10,
-            "jitter produced {} values",
-            samples.len()
-        );
-    }
 
     #[test]
     fn outcome_unknown_only_after_possibly_sending() {

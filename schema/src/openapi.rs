@@ -1,7 +1,7 @@
 //! The API document each service serves at `GET /openapi.json`, and the page at `GET /docs` that
 //! renders it.
 //!
-//! There is one hand-written document, `allocator/openapi.json` ([`SHARED`]): it describes both
+//! There is one hand-written document, `schema/openapi.json` ([`SHARED`]): it describes both
 //! services and marks with `x-served-by` every operation, response, media type, header and
 //! parameter that only one of them produces or reads. A service publishes its *own* view of it,
 //! derived here by [`document`] when the service starts, so there is no second copy to keep in
@@ -30,7 +30,7 @@ use serde_json::{Map, Value};
 use crate::routes::{self, Service};
 
 /// The shared API document, as written.
-pub const SHARED: &str = include_str!("../../allocator/openapi.json");
+pub const SHARED: &str = include_str!("../openapi.json");
 
 /// The `/docs` page: HTML with its script and styles inline.
 pub const DOCS_PAGE: &str = include_str!("../assets/docs.html");
@@ -50,7 +50,7 @@ const METHODS: [&str; 8] = [
 ///
 /// Panics if [`SHARED`] is not valid JSON; the conformance tests parse it on every run.
 pub fn document(service: Service) -> Value {
-    let shared: Value = serde_json::from_str(SHARED).expect("allocator/openapi.json is JSON");
+    let shared: Value = serde_json::from_str(SHARED).expect("schema/openapi.json is JSON");
     derive(&shared, service)
 }
 

@@ -4,17 +4,18 @@
 //! `%` and spaces; every client that puts one into a path (the router forwarding to an owner, the
 //! load generator, the test harness) encodes it here so it reaches the server as the same id.
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+/// Everything but RFC 3986 unreserved characters (letters, digits, `-`, `.`, `_`, `~`).
+const RESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encode everything but RFC 3986 unreserved characters.
 pub fn encode_segment(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for byte in segment.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(segment, RESERVED).to_string()
 }
 
 #[cfg(test)]

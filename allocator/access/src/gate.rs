@@ -7,7 +7,6 @@
 //! before anything is served. Every request is counted once, by its final outcome.
 
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -20,6 +19,7 @@ use crate::check::{self, BodyCheck};
 use crate::error::AccessError;
 use crate::limits::{ClientLimits, InFlight, Limited};
 use crate::policy::Policy;
+pub use crate::settings::{Flags, MetricNames, Role, Settings};
 use crate::table::{valid_name, AuthFileError, Client, Scopes, TokenTable};
 
 /// The client name used when authentication is off.
@@ -27,90 +27,6 @@ pub const ANONYMOUS: &str = "anonymous";
 /// The `client` label of requests whose caller could not be authenticated: not a valid client
 /// name, so it never collides with one.
 pub const UNAUTHENTICATED: &str = "(none)";
-
-/// Which service enforces: the scope `router` means something only to an allocator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Router,
-    Allocator,
-}
-
-/// Access settings of one service, from its command line.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    /// `None` turns authentication off.
-    pub auth_file: Option<PathBuf>,
-    /// Requests per second per client; `None` for no rate limit.
-    pub rate: Option<f64>,
-    /// Burst per client; default: one second's worth of the rate (at least 1).
-    pub burst: Option<u32>,
-    /// Requests in flight per client; `None` for no cap.
-    pub concurrency: Option<NonZeroUsize>,
-    /// Allocator only: refuse callers that do not hold the `router` scope.
-    pub require_router: bool,
-}
-
-impl Settings {
-    /// No authentication, no limits.
-    pub const fn off() -> Settings {
-        Settings {
-            auth_file: None,
-            rate: None,
-            burst: None,
-            concurrency: None,
-            require_router: false,
-        }
-    }
-}
-
-/// The flags (with their environment variables) that set [`Settings`], for refusals.
-pub struct Flags {
-    pub auth_file: &'static str,
-    pub rate: &'static str,
-    pub burst: &'static str,
-    pub require_router: Option<&'static str>,
-}
-
-impl Settings {
-    /// Refuse what cannot work, naming the flag.
-    pub fn validate(&self, flags: &Flags) -> Result<(), String> {
-        if let Some(rate) = self.rate {
-            if !(rate.is_finite() && rate > 0.0) {
-                return Err(format!(
-                    "{} must be a positive number of requests per second, got {rate}",
-                    flags.rate
-                ));
-            }
-        }
-        if self.burst == Some(0) {
-            return Err(format!("{} must be at least 1, got 0", flags.burst));
-        }
-        if self.require_router && self.auth_file.is_none() {
-            return Err(format!(
-                "{} needs {}: without authentication no caller can show it is a router",
-                flags.require_router.unwrap_or("--require-router"),
-                flags.auth_file
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Metric names of the service that owns the gate (declared in its `metrics.rs`).
-#[derive(Debug, Clone, Copy)]
-pub struct MetricNames {
-    /// Counter by `client` and `outcome` (`ok`, `unauthenticated`, `forbidden`, `rate_limited`,
-    /// `concurrency_limited`).
-    pub client_requests: &'static str,
-    /// Counter of auth file reloads by `outcome` (`ok`, `failed`).
-    pub auth_reloads: &'static str,
-    /// Gauge: clients in the table in force.
-    pub auth_clients: &'static str,
-    /// Counter of quota refusals by `client` and `quota` (`max_quantity`, ...).
-    pub quota_refusals: &'static str,
-    /// Counter of TLS material reloads (SIGHUP) by `outcome` (`ok`, `failed`).
-    pub tls_reloads: &'static str,
-}
 
 /// What the gate looks at in one request.
 #[derive(Debug, Clone, Copy)]

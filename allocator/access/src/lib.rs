@@ -33,6 +33,8 @@ pub mod limits;
 pub mod middleware;
 #[cfg(feature = "http")]
 pub mod reload;
+/// A service's access settings, role and metric names.
+pub mod settings;
 #[cfg(feature = "http")]
 pub mod tls;
 #[cfg(feature = "http")]

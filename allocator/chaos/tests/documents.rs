@@ -37,6 +37,7 @@ const OUTSIDE_FLAGS: &[(&str, &[&str])] = &[
     ("promtool", &["--strict"]),
     ("check-jsonschema", &["--builtin-schema"]),
     ("docker compose", &["--build"]),
+    ("perf record", &["--call-graph"]),
 ];
 
 /// Variables of the toolchain and of the outside world that the documents mention.

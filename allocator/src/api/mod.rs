@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::dev::Service;
-use actix_web::error::{JsonPayloadError, PathError};
 use actix_web::{web, HttpRequest};
 use deadpool_postgres::Pool;
 use futures::FutureExt;
@@ -24,13 +23,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::{dispatch, Dispatch};
 use crate::fenced::{Command, Outcome};
-use crate::job::WorkError;
 use crate::metrics as m;
 use crate::replica::ownership::Ownership;
+use crate::work::WorkError;
+use edge::problem::{json_config, path_config, resource};
 pub use problem::ApiError;
 use schema::assignment;
 use schema::routes;
-use schema::wire::{limits, rule_violation, HEADER_ASSIGNMENT_REVISION, HEADER_EXPECTED_EPOCH};
+use schema::wire::{HEADER_ASSIGNMENT_REVISION, HEADER_EXPECTED_EPOCH};
 
 /// Shared by every HTTP worker; built once, outside actix's per-worker factory.
 pub struct AppState {
@@ -114,61 +114,6 @@ fn routing_headers(request: &HttpRequest) -> Result<Option<i64>, ApiError> {
     integer(HEADER_EXPECTED_EPOCH)
 }
 
-fn json_error(error: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
-    match error {
-        JsonPayloadError::Overflow { limit } => ApiError::PayloadTooLarge { limit },
-        JsonPayloadError::OverflowKnownLength { limit, .. } => ApiError::PayloadTooLarge { limit },
-        // A value the wire types refused is answered in the rule's own words.
-        JsonPayloadError::Deserialize(e) => ApiError::InvalidRequest(
-            rule_violation(&e.to_string())
-                .map_or_else(|| format!("invalid body: {e}"), str::to_owned),
-        ),
-        JsonPayloadError::ContentType => {
-            ApiError::InvalidRequest("content type must be application/json".into())
-        }
-        other => ApiError::InvalidRequest(format!("invalid body: {other}")),
-    }
-    .into()
-}
-
-fn path_error(error: PathError, _: &HttpRequest) -> actix_web::Error {
-    let PathError::Deserialize(e) = &error else {
-        return ApiError::InvalidRequest(format!("invalid path: {error}")).into();
-    };
-    ApiError::InvalidRequest(
-        rule_violation(&e.to_string())
-            .map_or_else(|| format!("invalid path: {error}"), str::to_owned),
-    )
-    .into()
-}
-
-async fn method_not_allowed(req: HttpRequest) -> actix_web::HttpResponse {
-    use actix_web::ResponseError;
-    let mut response = ApiError::MethodNotAllowed.error_response();
-    if let Some(allow) = req
-        .match_pattern()
-        .and_then(|pattern| schema::routes::allowed_methods(&pattern))
-        .and_then(|allow| actix_web::http::header::HeaderValue::from_str(&allow).ok())
-    {
-        response
-            .headers_mut()
-            .insert(actix_web::http::header::ALLOW, allow);
-    }
-    response
-}
-
-async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::NotFound("no such route".into()))
-}
-
-/// A resource named by its path template, so that the metrics middleware can label a request
-/// with its route without building a string per request ([`route_label`]).
-fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path)
-        .name(path)
-        .default_service(web::to(method_not_allowed))
-}
-
 /// The `route` label of a request: the static template of the named resource it matches (no
 /// allocation on the API's routes), else the matched pattern, else `unmatched`.
 fn route_label(request: &actix_web::dev::ServiceRequest) -> metrics::SharedString {
@@ -201,27 +146,22 @@ fn status_label(status: u16) -> metrics::SharedString {
 
 /// Register every route, extractor limit and error handler on an actix `App`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.app_data(
-        web::JsonConfig::default()
-            .limit(limits::BODY_MAX_BYTES)
-            .content_type_required(false)
-            .error_handler(json_error),
-    )
-    .app_data(web::PathConfig::default().error_handler(path_error))
-    .service(resource(routes::RESERVE.path).route(web::post().to(reservations::reserve)))
-    .service(resource(routes::CONFIRM.path).route(web::post().to(reservations::confirm)))
-    .service(resource(routes::RELEASE.path).route(web::post().to(reservations::release)))
-    .service(resource(routes::GET_RESERVATION.path).route(web::get().to(reservations::get)))
-    .service(resource(routes::GET_INVENTORY.path).route(web::get().to(inventory::get)))
-    .service(resource(routes::ADJUST.path).route(web::post().to(inventory::adjust)))
-    .service(resource(routes::PARTITIONS.path).route(web::get().to(cluster::partitions)))
-    .service(resource(routes::SETTLEMENT_STATUS.path).route(web::get().to(cluster::settlement)))
-    .service(resource(routes::EVENTS.path).route(web::get().to(cluster::events)))
-    .service(resource(routes::HEALTHZ.path).route(web::get().to(cluster::healthz)))
-    .service(resource(routes::READYZ.path).route(web::get().to(cluster::readyz)))
-    .service(resource(routes::METRICS.path).route(web::get().to(cluster::metrics)))
-    .configure(docs::configure)
-    .default_service(web::to(not_found));
+    cfg.app_data(json_config())
+        .app_data(path_config())
+        .service(resource(routes::RESERVE.path).route(web::post().to(reservations::reserve)))
+        .service(resource(routes::CONFIRM.path).route(web::post().to(reservations::confirm)))
+        .service(resource(routes::RELEASE.path).route(web::post().to(reservations::release)))
+        .service(resource(routes::GET_RESERVATION.path).route(web::get().to(reservations::get)))
+        .service(resource(routes::GET_INVENTORY.path).route(web::get().to(inventory::get)))
+        .service(resource(routes::ADJUST.path).route(web::post().to(inventory::adjust)))
+        .service(resource(routes::PARTITIONS.path).route(web::get().to(cluster::partitions)))
+        .service(resource(routes::SETTLEMENT_STATUS.path).route(web::get().to(cluster::settlement)))
+        .service(resource(routes::EVENTS.path).route(web::get().to(cluster::events)))
+        .service(resource(routes::HEALTHZ.path).route(web::get().to(cluster::healthz)))
+        .service(resource(routes::READYZ.path).route(web::get().to(cluster::readyz)))
+        .service(resource(routes::METRICS.path).route(web::get().to(cluster::metrics)))
+        .configure(docs::configure)
+        .default_service(web::to(edge::problem::not_found));
 }
 
 /// Build the actix `App` factory body; shared by the binary and tests.
@@ -254,6 +194,6 @@ pub fn app(
                 result
             })
         })
-        .wrap_fn(crate::request_id::middleware)
+        .wrap_fn(edge::request_id::middleware)
         .configure(configure)
 }

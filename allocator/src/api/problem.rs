@@ -1,19 +1,17 @@
 //! Every error the HTTP API returns, rendered as RFC 9457 problem+json. One enum, one
 //! `status_code()` mapping.
 
-use actix_web::http::{header, StatusCode};
+use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::fenced::ReadError;
-use crate::job::WorkError;
-use schema::wire::{Problem, ProblemType, ReservationStatus, PROBLEM_CONTENT_TYPE};
+use crate::work::WorkError;
+use schema::wire::{Problem, ProblemType, ReservationStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
     InvalidRequest(String),
-    #[error("request body is larger than {limit} bytes")]
-    PayloadTooLarge { limit: usize },
     #[error("{0}")]
     NotFound(String),
     #[error("insufficient stock")]
@@ -40,19 +38,12 @@ pub enum ApiError {
     },
     #[error("storage unavailable: {0}")]
     StorageUnavailable(String),
-    #[error("method not allowed")]
-    MethodNotAllowed,
 }
-
-/// Seconds a client should wait before retrying a 503.
-const RETRY_AFTER_SECONDS: &str = "1";
 
 impl ApiError {
     fn kind(&self) -> ProblemType {
         match self {
-            ApiError::InvalidRequest(_)
-            | ApiError::PayloadTooLarge { .. }
-            | ApiError::MethodNotAllowed => ProblemType::InvalidRequest,
+            ApiError::InvalidRequest(_) => ProblemType::InvalidRequest,
             ApiError::NotFound(_) => ProblemType::NotFound,
             ApiError::InsufficientStock { .. } => ProblemType::InsufficientStock,
             ApiError::IdempotencyMismatch(_) => ProblemType::IdempotencyMismatch,
@@ -110,7 +101,6 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::InsufficientStock { .. }
             | ApiError::InvalidState { .. }
@@ -120,20 +110,15 @@ impl ResponseError for ApiError {
             ApiError::PartitionUnavailable { .. } | ApiError::StorageUnavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
-        let mut response = HttpResponse::build(self.status_code());
-        response.insert_header((header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE));
-        if self.status_code() == StatusCode::SERVICE_UNAVAILABLE {
-            response.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECONDS));
-        }
+        let mut response = edge::problem::builder(self.status_code());
         if self.replayed() {
             response.insert_header((schema::wire::HEADER_REPLAYED, "true"));
         }
-        response.body(serde_json::to_string(&self.problem()).expect("problem serialises"))
+        edge::problem::body(response, &self.problem())
     }
 }
 

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::seq::SliceRandom;
-use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::manager::LeaseManager;
@@ -35,8 +34,7 @@ enum Round {
 
 impl LeaseManager {
     fn jittered(&self) -> Duration {
-        let base = self.settings.campaign_interval.as_secs_f64();
-        Duration::from_secs_f64(base * rand::rng().random_range(0.8..1.2))
+        edge::backoff::jitter(self.settings.campaign_interval, 0.2)
     }
 
     pub(super) async fn campaigner(self: &Arc<Self>, shutdown: CancellationToken) {

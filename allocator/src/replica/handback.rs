@@ -138,7 +138,7 @@ impl LeaseManager {
     /// Keep a `LISTEN` session on the hand-off channel and wake the campaigner on every
     /// announcement. Best effort: without it, peers still campaign at their period.
     pub(super) async fn listen_for_handoffs(self: Arc<Self>, stop: CancellationToken) {
-        let mut backoff = Duration::from_millis(100);
+        let mut failures = 0u32;
         loop {
             let session = crate::db::listen(&self.database_url, store::HANDOFF_CHANNEL);
             let ended = tokio::select! {
@@ -150,9 +150,9 @@ impl LeaseManager {
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(edge::Backoff::RECONNECT.delay(failures)) => {}
             }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            failures = failures.saturating_add(1);
         }
     }
 

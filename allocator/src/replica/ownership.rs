@@ -18,10 +18,10 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use crate::authority::{AuthoritySource, PartitionAuthority};
 use crate::clock::Clock;
-use crate::job::Job;
 use crate::lease::state::{Authority, LeaseState, LeaseTiming, LossCause};
 use crate::lease::FenceToken;
 use crate::metrics as m;
+use crate::work::WorkItem;
 use crate::worker::WorkerHandle;
 
 #[derive(Debug)]
@@ -32,10 +32,10 @@ struct Slot {
 
 /// Where a request for a partition should go.
 #[derive(Debug, Clone)]
-pub enum Route {
+pub enum Placement {
     Owned {
         token: FenceToken,
-        sender: mpsc::Sender<Job>,
+        sender: mpsc::Sender<WorkItem>,
     },
     Uncertain,
     NotOwned,
@@ -109,16 +109,16 @@ impl Ownership {
             .expect("ownership slot lock poisoned")
     }
 
-    pub fn route(&self, partition: u32) -> Route {
+    pub fn placement(&self, partition: u32) -> Placement {
         let now = self.clock.now();
         let slot = self.slot(partition);
         match (slot.state.authority(now), &slot.worker) {
-            (Authority::Granted { epoch, .. }, Some(worker)) => Route::Owned {
+            (Authority::Granted { epoch, .. }, Some(worker)) => Placement::Owned {
                 token: FenceToken::new(partition, epoch),
                 sender: worker.sender.clone(),
             },
-            (Authority::NotHeld, _) => Route::NotOwned,
-            _ => Route::Uncertain,
+            (Authority::NotHeld, _) => Placement::NotOwned,
+            _ => Placement::Uncertain,
         }
     }
 

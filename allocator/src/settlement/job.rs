@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use rand::Rng;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -125,8 +124,7 @@ impl Job {
     }
 
     fn jittered_campaign(&self) -> Duration {
-        let base = self.settings.campaign_interval.as_secs_f64();
-        Duration::from_secs_f64(base * rand::rng().random_range(0.8..1.2))
+        edge::backoff::jitter(self.settings.campaign_interval, 0.2)
     }
 
     /// Campaign while not holding, renew while holding.

@@ -121,6 +121,7 @@ async fn side(name: &str) -> Side {
             statement_timeout: Duration::from_secs(10),
             idle_in_transaction_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(2),
+            connect_timeout: allocator::db::CONNECT_TIMEOUT,
             application_name: format!("equivalence-{name}"),
         },
     )

@@ -83,7 +83,7 @@ pub struct TestReplica {
 impl TestReplica {
     pub async fn start(config: AllocatorConfig) -> Self {
         if std::env::var_os("TEST_LOG").is_some() {
-            allocator::telemetry::init();
+            edge::telemetry::init();
         }
         let replica_id = config.replica_id.clone();
         let app = Application::build(config).await.expect("build replica");

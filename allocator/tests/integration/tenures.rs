@@ -42,6 +42,7 @@ async fn a_group_naming_a_partition_twice_is_refused_whole() {
             statement_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_millis(300),
+            connect_timeout: allocator::db::CONNECT_TIMEOUT,
             application_name: "tenure-test".into(),
         },
     )

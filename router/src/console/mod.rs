@@ -27,6 +27,7 @@ use std::time::Instant;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
+use edge::problem::resource;
 use futures::FutureExt;
 use schema::openapi;
 use schema::routes::{self, Service};
@@ -63,10 +64,6 @@ impl Console {
                 resource(routes::CLUSTER_OVERVIEW.path).route(web::get().to(overview::overview)),
             );
     }
-}
-
-fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(crate::routes::method_not_allowed))
 }
 
 /// Whether a request counts as traffic: the API under `/v1/`, except the overview, so that the

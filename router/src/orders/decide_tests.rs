@@ -117,7 +117,7 @@ mod classify {
             status,
             headers: Vec::new(),
             body: body.unwrap().into(),
-            route: crate::assignment_cache::Route {
+            destination: crate::assignment_cache::Destination {
                 partition: 0,
                 owner_id: "a".into(),
                 owner_url: "http://a".into(),

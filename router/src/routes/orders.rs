@@ -5,11 +5,12 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use schema::wire::{OrderRequest, HEADER_REPLAYED, PROBLEM_CONTENT_TYPE};
 
-use crate::error::{problem_response, RouterError};
+use crate::error::RouterError;
 use crate::metrics;
 use crate::orders::store::{StoreError, Submission};
 use crate::orders::{self, OrderResult};
 use crate::state::AppState;
+use edge::problem;
 
 pub async fn create(
     state: web::Data<AppState>,
@@ -26,17 +27,18 @@ pub async fn create(
     // The order runs in its own task: a client that disconnects must not cut it off between
     // reserving and compensating, or between deciding and recording the decision.
     let task_state = state.clone();
-    // It keeps the request's id and log span.
-    let submission = actix_web::rt::spawn(crate::request_id::propagate(async move {
+    // It keeps the request's id, log span and client.
+    let work = access::with_current_client(async move {
         task_state
             .orders
             .submit(&task_state.forwarder, &order_id, &order, |sku| {
                 schema::partition::partition_for(sku, partition_count)
             })
             .await
-    }))
-    .await
-    .map_err(|e| RouterError::Internal(format!("order task ended abnormally: {e}")))?;
+    });
+    let submission = actix_web::rt::spawn(edge::request_id::propagate(work))
+        .await
+        .map_err(|e| RouterError::Internal(format!("order task ended abnormally: {e}")))?;
     let submission = submission.map_err(|e| {
         metrics::record_order("unknown");
         match e {
@@ -60,7 +62,7 @@ pub async fn create(
         }
         Submission::Mismatch(problem) => {
             metrics::record_order("mismatch");
-            problem_response(HttpResponse::UnprocessableEntity(), &problem)
+            problem::body(problem::builder(StatusCode::UNPROCESSABLE_ENTITY), &problem)
         }
         Submission::Ran(result) => respond(result),
     })
@@ -78,16 +80,15 @@ fn respond(result: OrderResult) -> HttpResponse {
         } => HttpResponse::Ok()
             .insert_header((HEADER_REPLAYED, "true"))
             .json(body),
-        OrderResult::Failed(problem) => problem_response(HttpResponse::Conflict(), &problem),
-        OrderResult::Mismatch(problem) => {
-            problem_response(HttpResponse::UnprocessableEntity(), &problem)
+        OrderResult::Failed(problem) => {
+            problem::body(problem::builder(StatusCode::CONFLICT), &problem)
         }
-        OrderResult::Unknown(problem) => problem_response(
-            HttpResponse::ServiceUnavailable()
-                .insert_header(("Retry-After", "1"))
-                .take(),
-            &problem,
-        ),
+        OrderResult::Mismatch(problem) => {
+            problem::body(problem::builder(StatusCode::UNPROCESSABLE_ENTITY), &problem)
+        }
+        OrderResult::Unknown(problem) => {
+            problem::body(problem::builder(StatusCode::SERVICE_UNAVAILABLE), &problem)
+        }
     }
 }
 

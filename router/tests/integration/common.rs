@@ -32,7 +32,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     let guard = SERIAL.lock().await;
     if std::env::var_os("ROUTER_TEST_LOG").is_some() {
-        let _ = router::telemetry::try_init();
+        let _ = edge::telemetry::try_init();
     }
     guard
 }
@@ -270,8 +270,8 @@ impl Cluster {
         config.allocator_request_timeout = Duration::from_millis(ALLOCATOR_REQUEST_TIMEOUT_MS);
         config.upstream_request_timeout =
             config.allocator_request_timeout + router::config::ALLOCATOR_ANSWER_SLACK;
-        config.feed_reconnect_max = Duration::from_millis(500);
-        config.feed_ping_interval = Duration::from_millis(500);
+        config.hints_reconnect_max = Duration::from_millis(500);
+        config.hints_ping_interval = Duration::from_millis(500);
         tweak(&mut config);
         TestRouter::start(config).await
     }

@@ -402,7 +402,7 @@ async fn redis_hints_refresh_the_map_without_polling() {
     let cached = router.cache.current().unwrap();
     for p in &map.partitions {
         assert_eq!(
-            cached.route(p.partition).map(|r| r.owner_id),
+            cached.destination(p.partition).map(|r| r.owner_id),
             p.owner_id,
             "partition {}",
             p.partition

@@ -216,8 +216,7 @@ fn check_answer(
     // A route the service does not have (orders on an allocator) is refused before its body is
     // read; everywhere else the size limit answers first.
     let text = String::from_utf8_lossy(body);
-    let no_such_route =
-        status == 404 && (text.contains("no such route") || text.contains("no route for"));
+    let no_such_route = status == 404 && text.contains("no route for");
     if request.oversized && status != 413 && !no_such_route {
         return Some(format!("an oversized body was answered {status}, not 413"));
     }

@@ -1,4 +1,4 @@
-//! The router's share of keeping `allocator/openapi.json` honest; the allocator's integration
+//! The router's share of keeping `schema/openapi.json` honest; the allocator's integration
 //! tests check the document itself against the route table, the problem types and the limits.
 //!
 //! Here: a live router answers every route of [`schema::routes::ALL`] (never "no route" or
@@ -14,7 +14,7 @@ use schema::wire::limits;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
-const DOCUMENT: &str = include_str!("../../../allocator/openapi.json");
+const DOCUMENT: &str = schema::openapi::SHARED;
 
 #[test]
 fn the_order_id_limit_is_documented() {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use access::table::hash_hex;
 use reqwest::{Method, StatusCode};
-use schema::wire::problem_type;
+use schema::wire::{order_line_id, problem_type};
 use serde_json::{json, Value};
 
 use crate::common::{http, metric, serial, Cluster};
@@ -201,7 +201,7 @@ async fn namespaces_and_quantity_caps_hold_at_the_router() {
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
     let answer = send(
         Method::POST,
-        &format!("{reservations}/o-ok:0/release"),
+        &format!("{reservations}/{}/release", order_line_id("o-ok", 0)),
         ACME,
         None,
     )

@@ -317,6 +317,19 @@ fn documented_limits_match_the_code() {
         );
     }
 
+    // A client's reservation id may not be an order line's: the document's narrowing refuses
+    // exactly the ids in the order-line namespace.
+    let client_id = contract.schema("ReserveRequest")["properties"]["reservation_id"].clone();
+    let client_id = contract.validator(&client_id, false);
+    let line = schema::wire::order_line_id("o-1", 0);
+    assert!(line.starts_with(schema::wire::ORDER_LINE_PREFIX));
+    assert!(
+        !client_id.is_valid(&json!(line)),
+        "{line} is documented as a client id"
+    );
+    assert!(client_id.is_valid(&json!("o-1:0")));
+    assert!(client_id.is_valid(&json!("my-order:1")));
+
     // No drifting copies: every property or parameter with one of these names, anywhere in the
     // document, refers to the one bounded schema checked above.
     let canonical = BTreeMap::from([
@@ -340,10 +353,16 @@ fn documented_limits_match_the_code() {
         for (name, value) in named {
             if let Some(target) = canonical.get(name) {
                 let expected = format!("#/components/schemas/{target}");
-                // An optional field may also be `null` (the default): `anyOf: [$ref, null]`.
+                // An optional field may also be `null` (the default): `anyOf: [$ref, null]`;
+                // a field may narrow the schema with exclusions: `allOf: [$ref, {not: …}…]`.
+                let narrowed = value
+                    .get("allOf")
+                    .and_then(Value::as_array)
+                    .filter(|all| all.iter().skip(1).all(|part| part.get("not").is_some()));
                 let bounded = value
                     .pointer("/anyOf/0")
                     .filter(|_| value.pointer("/anyOf/1/type") == Some(&Value::from("null")))
+                    .or_else(|| narrowed.and_then(|all| all.first()))
                     .unwrap_or(value);
                 if bounded.get("$ref").and_then(Value::as_str) != Some(expected.as_str()) {
                     drifted.push(format!("{name}: {value}"));

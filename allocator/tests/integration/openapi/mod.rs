@@ -1,4 +1,4 @@
-//! Keeps `allocator/openapi.json` honest.
+//! Keeps `schema/openapi.json` honest.
 //!
 //! The document is checked against the code's own declarations, not against its source text:
 //!
@@ -10,7 +10,7 @@
 //! * [`document`] also checks the documents the services serve (derived from the shared one by
 //!   [`schema::openapi`]): each lists exactly its service's routes, keeps nothing marked for the
 //!   other service, and is as well-formed as the shared one.
-//! * [`live`]: a replica answers every route it serves (never "no such route" or `405`), only
+//! * [`live`]: a replica answers every route it serves (never "no route" or `405`), only
 //!   with documented statuses, media types, headers and bodies, and refuses out-of-bounds input
 //!   where the document says it would.
 //!
@@ -25,7 +25,7 @@ mod live;
 
 use serde_json::{json, Map, Value};
 
-const DOCUMENT: &str = include_str!("../../../openapi.json");
+const DOCUMENT: &str = schema::openapi::SHARED;
 
 /// The methods an OpenAPI path item can hold that this API could use.
 const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];

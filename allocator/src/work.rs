@@ -9,16 +9,16 @@ use tokio::sync::oneshot;
 use crate::fenced::{Command, Outcome};
 
 /// One command for a partition and where its answer goes.
-pub struct Job {
+pub struct WorkItem {
     pub command: Command,
     /// Dropped unanswered only if the worker dies mid-batch; the caller reads that as "not
     /// owner", because the lease is given up when a worker dies.
     pub reply: oneshot::Sender<Result<Outcome, WorkError>>,
 }
 
-impl std::fmt::Debug for Job {
+impl std::fmt::Debug for WorkItem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job")
+        f.debug_struct("WorkItem")
             .field("command", &self.command)
             .finish()
     }

@@ -1,5 +1,6 @@
-//! The Redis assignment feed: hints that make the router re-read the map soon after ownership
-//! changes, instead of waiting for the next poll.
+//! The subscribing end of the Redis hint channel (the allocator's `hints` module publishes):
+//! hints that make the router re-read the map soon after ownership changes, instead of waiting
+//! for the next poll. (Logs and the `router_redis_feed_connected` gauge call it "the feed".)
 //!
 //! Redis is never an authority (DESIGN.md §3). A hint ([`AssignmentHint`]) only *triggers* a
 //! re-read of PostgreSQL; its contents are used for logs and for gap detection, never applied to
@@ -9,10 +10,10 @@
 //!   disconnected;
 //! * a hint whose revision skips past everything seen so far is a `gap` (a hint was lost or is
 //!   still in flight); it is re-read like any other hint but counted separately;
-//! * a frozen Redis keeps the TCP connection open and silent, so the feed pings every
-//!   `feed_ping_interval` and treats a missing pong as a disconnect.
+//! * a frozen Redis keeps the TCP connection open and silent, so the subscription pings every
+//!   `hints_ping_interval` and treats a missing pong as a disconnect.
 //!
-//! The feed runs in the background and reconnects with capped, jittered backoff forever; the
+//! The subscription runs in the background and reconnects with capped, jittered backoff forever; the
 //! router starts and serves without Redis (routing then relies on [`crate::poll`]).
 //! `router_redis_feed_connected` is 1 only while subscribed and answering pings.
 
@@ -26,15 +27,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assignment_cache::AssignmentCache;
 use crate::metrics::{self, RefreshCause};
-use crate::retry::Backoff;
+use edge::Backoff;
 
 /// How long connecting and subscribing may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// First reconnect delay.
-const RECONNECT_BASE: Duration = Duration::from_millis(100);
+const RECONNECT_BASE: Duration = Backoff::RECONNECT.base;
 
 #[derive(Debug, Clone)]
-pub struct FeedConfig {
+pub struct HintsConfig {
     pub redis_url: String,
     /// Cap of the reconnect backoff.
     pub reconnect_max: Duration,
@@ -57,8 +58,8 @@ pub fn hint_cause(known: Option<i64>, hint_revision: i64) -> RefreshCause {
     }
 }
 
-/// Run the feed until `shutdown` is cancelled.
-pub async fn run(config: FeedConfig, cache: Arc<AssignmentCache>, shutdown: CancellationToken) {
+/// Run the subscription until `shutdown` is cancelled.
+pub async fn run(config: HintsConfig, cache: Arc<AssignmentCache>, shutdown: CancellationToken) {
     metrics::set_redis_feed_connected(false);
     let client = match redis::Client::open(config.redis_url.as_str()) {
         Ok(client) => client,
@@ -130,7 +131,7 @@ async fn listen(
     mut sink: PubSubSink,
     mut stream: PubSubStream,
     cache: &AssignmentCache,
-    config: &FeedConfig,
+    config: &HintsConfig,
     shutdown: &CancellationToken,
 ) -> Ended {
     let mut known: Option<i64> = None;

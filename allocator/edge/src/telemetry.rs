@@ -9,6 +9,7 @@ pub fn init() {
     let _ = try_init();
 }
 
+/// Install the global subscriber unless one is installed already (then an error).
 pub fn try_init() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()

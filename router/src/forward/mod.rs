@@ -24,22 +24,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::http::StatusCode;
-use actix_web::HttpResponse;
-use schema::wire::{
-    Problem, HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_CLIENT_POLICY, HEADER_EPOCH,
-    HEADER_EXPECTED_EPOCH, HEADER_ORDER_LINE, HEADER_REPLAYED, HEADER_REQUEST_ID,
-};
-use serde::de::DeserializeOwned;
+use schema::wire::{Problem, HEADER_EPOCH, HEADER_REPLAYED, HEADER_REQUEST_ID};
 
-use crate::assignment_cache::{AssignmentCache, Route};
+use crate::assignment_cache::{AssignmentCache, Destination};
 use crate::error::RouterError;
 use crate::metrics::{self, ForwardOutcome, RefreshCause};
-use crate::retry::{give_up_status, AttemptFailure, Backoff};
-use crate::upstream::{UpstreamClient, UpstreamHttpRequest};
+use crate::retry::{give_up_status, AttemptFailure};
+use crate::upstream::UpstreamClient;
+use edge::Backoff;
 
-/// Response header naming the allocator replica that answered (for operators and tests).
-pub const HEADER_SERVED_BY: &str = "X-Served-By";
+mod message;
+
+pub use message::{Method, UpstreamRequest, UpstreamResponse, HEADER_SERVED_BY};
 
 /// Upstream response headers passed through to the client. The owner's echo of the request id
 /// shows the client (and tests) that the id reached the owner.
@@ -62,114 +58,6 @@ pub struct RetryPolicy {
     pub backoff: Backoff,
     /// Bound on one attempt (also capped by what is left of the deadline).
     pub attempt_timeout: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Get,
-    Post,
-}
-
-/// A request to forward, already validated and routed to a partition.
-#[derive(Debug, Clone)]
-pub struct UpstreamRequest {
-    pub method: Method,
-    /// Path and query, percent-encoded, starting with `/`.
-    pub path: String,
-    /// JSON body, re-serialised from the validated request; shared by every attempt.
-    pub body: Option<actix_web::web::Bytes>,
-    pub partition: u32,
-    /// For logs only.
-    pub reservation_id: Option<String>,
-    /// The reserve of an order line: sent with [`HEADER_ORDER_LINE`].
-    pub order_line: bool,
-}
-
-impl UpstreamRequest {
-    pub fn get(path: String, partition: u32) -> Self {
-        UpstreamRequest {
-            method: Method::Get,
-            path,
-            body: None,
-            partition,
-            reservation_id: None,
-            order_line: false,
-        }
-    }
-
-    pub fn post(path: String, partition: u32) -> Self {
-        UpstreamRequest {
-            method: Method::Post,
-            ..Self::get(path, partition)
-        }
-    }
-
-    pub fn json<T: serde::Serialize>(mut self, body: &T) -> Result<Self, RouterError> {
-        self.body = Some(
-            serde_json::to_vec(body)
-                .map_err(|e| RouterError::Internal(format!("serialising request: {e}")))?
-                .into(),
-        );
-        Ok(self)
-    }
-
-    pub fn reservation(mut self, id: &str) -> Self {
-        self.reservation_id = Some(id.to_owned());
-        self
-    }
-
-    /// Mark the request as the reserve of an order line.
-    pub fn order_line(mut self) -> Self {
-        self.order_line = true;
-        self
-    }
-}
-
-/// A final answer from an owner.
-#[derive(Debug, Clone)]
-pub struct UpstreamResponse {
-    pub status: u16,
-    /// Passed-through headers (lower-case names).
-    pub headers: Vec<(String, String)>,
-    pub body: actix_web::web::Bytes,
-    /// The route the answer came through.
-    pub route: Route,
-    /// Attempts made (1 when the first one answered).
-    pub attempts: u32,
-}
-
-impl UpstreamResponse {
-    /// Parse the body as JSON, e.g. a `Reservation` or a `Problem`.
-    pub fn json<T: DeserializeOwned>(&self) -> Option<T> {
-        serde_json::from_slice(&self.body).ok()
-    }
-
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn is_success(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    /// The client-facing response: the owner's status, body and selected headers, plus which
-    /// replica served it under which map revision.
-    pub fn into_http_response(self) -> HttpResponse {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_GATEWAY);
-        let mut builder = HttpResponse::build(status);
-        for (name, value) in &self.headers {
-            builder.insert_header((name.as_str(), value.as_str()));
-        }
-        builder.insert_header((HEADER_SERVED_BY, self.route.owner_id.as_str()));
-        builder.insert_header((
-            HEADER_ASSIGNMENT_REVISION,
-            self.route.map_revision.to_string(),
-        ));
-        builder.body(self.body)
-    }
 }
 
 /// Forwards requests; one per router, shared by all workers.
@@ -208,13 +96,16 @@ impl Forwarder {
         let mut maybe_applied = false;
         let mut retries = 0u32;
         loop {
-            let route = self.cache.current().and_then(|m| m.route(req.partition));
-            let failure = match &route {
+            let destination = self
+                .cache
+                .current()
+                .and_then(|m| m.destination(req.partition));
+            let failure = match &destination {
                 None => AttemptFailure::NoOwner,
-                Some(route) => {
+                Some(destination) => {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     let timeout = remaining.min(self.policy.attempt_timeout);
-                    match self.attempt(req, route, timeout).await {
+                    match self.attempt(req, destination, timeout).await {
                         // The allocator refused this router's own credential: this attempt
                         // applied nothing, and it is not the client's token that is wrong, so
                         // the client must not see the allocator's 401/403 as its own. An
@@ -229,7 +120,7 @@ impl Forwarder {
                             metrics::record_forward(outcome, started.elapsed().as_secs_f64());
                             tracing::error!(
                                 partition = req.partition,
-                                owner_id = %route.owner_id,
+                                owner_id = %destination.owner_id,
                                 status = resp.status,
                                 "the allocator refused this router's credential; check \
                                  --upstream-token-file and the allocators' auth files"
@@ -260,9 +151,9 @@ impl Forwarder {
                             if retries > 0 {
                                 tracing::info!(
                                     partition = req.partition,
-                                    epoch = route.epoch,
-                                    revision = route.map_revision,
-                                    owner_id = %route.owner_id,
+                                    epoch = destination.epoch,
+                                    revision = destination.map_revision,
+                                    owner_id = %destination.owner_id,
                                     reservation_id = req.reservation_id.as_deref(),
                                     retries,
                                     status = resp.status,
@@ -279,9 +170,9 @@ impl Forwarder {
             maybe_applied |= failure.may_have_applied();
             tracing::debug!(
                 partition = req.partition,
-                epoch = route.as_ref().map(|r| r.epoch),
-                revision = route.as_ref().map(|r| r.map_revision),
-                owner_id = route.as_ref().map(|r| r.owner_id.as_str()),
+                epoch = destination.as_ref().map(|r| r.epoch),
+                revision = destination.as_ref().map(|r| r.map_revision),
+                owner_id = destination.as_ref().map(|r| r.owner_id.as_str()),
                 reservation_id = req.reservation_id.as_deref(),
                 failure = ?failure,
                 retries,
@@ -347,15 +238,15 @@ impl Forwarder {
         }
     }
 
-    /// One attempt against `route`.
+    /// One attempt against `destination`.
     async fn attempt(
         &self,
         req: &UpstreamRequest,
-        route: &Route,
+        destination: &Destination,
         timeout: Duration,
     ) -> Result<UpstreamResponse, AttemptFailure> {
         let started = Instant::now();
-        let result = match self.request(req, route) {
+        let result = match self.request(req, destination) {
             Ok(request) => {
                 self.http.send(request, timeout).await.map_err(|e| {
                     AttemptFailure::from_transport_flags(e.is_connect(), e.is_timeout())
@@ -364,13 +255,13 @@ impl Forwarder {
             // An owner URL the request cannot be built for: as unreachable as a broken
             // connection, and retried on a refreshed map the same way.
             Err(e) => {
-                tracing::warn!(partition = route.partition, owner_id = %route.owner_id, owner_url = %route.owner_url, error = %e, "cannot build the upstream request");
+                tracing::warn!(partition = destination.partition, owner_id = %destination.owner_id, owner_url = %destination.owner_url, error = %e, "cannot build the upstream request");
                 Err(AttemptFailure::from_transport_flags(false, false))
             }
         };
         metrics::record_upstream_latency(started.elapsed().as_secs_f64());
         let answer = result.inspect_err(|failure| {
-            tracing::debug!(partition = route.partition, owner_id = %route.owner_id, failure = ?failure, "upstream transport error");
+            tracing::debug!(partition = destination.partition, owner_id = %destination.owner_id, failure = ?failure, "upstream transport error");
         })?;
         let status = answer.status;
         let headers = PASSTHROUGH_HEADERS
@@ -392,10 +283,10 @@ impl Forwarder {
                 // The allocator's view, logged for operators; the map is re-read from PostgreSQL.
                 let view = problem();
                 tracing::info!(
-                    partition = route.partition,
-                    epoch = route.epoch,
-                    revision = route.map_revision,
-                    owner_id = %route.owner_id,
+                    partition = destination.partition,
+                    epoch = destination.epoch,
+                    revision = destination.map_revision,
+                    owner_id = %destination.owner_id,
                     allocator_owner_id = view.as_ref().and_then(|p| p.owner_id.as_deref()),
                     allocator_epoch = view.as_ref().and_then(|p| p.epoch),
                     allocator_revision = view.as_ref().and_then(|p| p.revision),
@@ -408,59 +299,9 @@ impl Forwarder {
             status,
             headers,
             body,
-            route: route.clone(),
+            destination: destination.clone(),
             attempts: 1,
         })
-    }
-}
-
-impl Forwarder {
-    /// The HTTP request of one attempt of `req` to `route`'s owner.
-    fn request(
-        &self,
-        req: &UpstreamRequest,
-        route: &Route,
-    ) -> Result<UpstreamHttpRequest, http::Error> {
-        let method = match req.method {
-            Method::Get => http::Method::GET,
-            Method::Post => http::Method::POST,
-        };
-        let mut builder = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{}", route.owner_url, req.path))
-            .header(HEADER_ASSIGNMENT_REVISION, route.map_revision)
-            .header(HEADER_EXPECTED_EPOCH, route.epoch);
-        if let Some(id) = crate::request_id::current() {
-            builder = builder.header(HEADER_REQUEST_ID, id.as_str());
-        }
-        if let Some(credential) = &self.credential {
-            // Sensitive: kept out of debug output and HTTP/2 header compression tables.
-            if let Ok(mut value) = http::HeaderValue::from_str(&credential.header()) {
-                value.set_sensitive(true);
-                builder = builder.header(http::header::AUTHORIZATION, value);
-            }
-        }
-        // The client this router authenticated; an allocator believes it only from a caller
-        // holding the `router` scope.
-        if let Some(client) = access::current_client() {
-            builder = builder.header(HEADER_CLIENT, client);
-        }
-        // Its namespaces and quotas, for checks only the owner can make (a stored reservation's
-        // SKU, held units); sent for clients that have any.
-        if let Some(policy) = access::current_policy() {
-            builder = builder.header(HEADER_CLIENT_POLICY, policy.header());
-        }
-        if req.order_line {
-            builder = builder.header(HEADER_ORDER_LINE, "true");
-        }
-        let body = match &req.body {
-            Some(body) => {
-                builder = builder.header(http::header::CONTENT_TYPE, "application/json");
-                body.clone()
-            }
-            None => actix_web::web::Bytes::new(),
-        };
-        builder.body(http_body_util::Full::new(body))
     }
 }
 

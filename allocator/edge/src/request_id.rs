@@ -1,7 +1,8 @@
 //! `X-Request-Id`: every request gets an id (the client's when it is 1–128 visible ASCII
-//! characters, else a random one), logged on the request's span, sent to the allocator on every
-//! upstream attempt and returned on the response, so one client request can be followed through
-//! the router's and the owners' logs.
+//! characters, else a random one), logged on the request's span and returned on the response.
+//! The router sends it to the allocator on every upstream attempt ([`current`]) and the
+//! allocator echoes it, so one client request can be followed from the router's logs into the
+//! owner's.
 
 use std::future::Future;
 
@@ -11,7 +12,7 @@ use schema::wire::{RequestId, HEADER_REQUEST_ID};
 use tracing::Instrument;
 
 tokio::task_local! {
-    /// The id of the request the current task works for; [`crate::forward`] reads it.
+    /// The id of the request the current task works for.
     static CURRENT: RequestId;
 }
 
@@ -21,11 +22,10 @@ pub fn current() -> Option<RequestId> {
 }
 
 /// Run `future` (typically spawned onto another task) as part of the current request: same id,
-/// same log span, same client (forwarded to allocators).
+/// same log span.
 pub fn propagate<F: Future>(future: F) -> impl Future<Output = F::Output> {
     let span = tracing::Span::current();
     let id = current();
-    let future = access::with_current_client(future);
     async move {
         match id {
             Some(id) => CURRENT.scope(id, future.instrument(span)).await,

@@ -1,0 +1,20 @@
+//! The service edge of the allocator and the router: what both HTTP services do the same way,
+//! written once so the two cannot drift.
+//!
+//! * [`signals`]: waiting for SIGTERM/SIGINT to start a graceful shutdown;
+//! * [`telemetry`]: JSON logs through `tracing` (DESIGN.md §10);
+//! * [`request_id`]: the `X-Request-Id` middleware and the request's id on its task;
+//! * [`pg`]: pooled PostgreSQL sessions behind the storage fence, with the same connect timeout,
+//!   TCP keepalives and server-side statement/idle/lock timeouts in both services;
+//! * [`problem`]: problem+json answers for what never reaches a handler (a body or path that does
+//!   not parse, an unknown path, a method the path does not serve), in the same words on both;
+//! * [`backoff`]: capped exponential backoff with jitter, and the jitter of periodic timers.
+
+pub mod backoff;
+pub mod pg;
+pub mod problem;
+pub mod request_id;
+pub mod signals;
+pub mod telemetry;
+
+pub use backoff::Backoff;

@@ -1,0 +1,294 @@
+//! The Prometheus server of the test: its configuration derived from
+//! `ops/prometheus/prometheus.yml`, its process and the HTTP API the checks use.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use testkit::{free_port, ChildProcess};
+
+use super::{COPY_LABEL, SHORT_FOR};
+use crate::common::{http, Cluster};
+
+pub(super) fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("router crate lives in the workspace")
+        .to_path_buf()
+}
+
+/// The Prometheus server binary, or `None` (test skipped) outside CI.
+pub(super) fn prometheus_bin() -> Option<PathBuf> {
+    let ci = matches!(std::env::var("CI").as_deref(), Ok("true" | "1"));
+    let why = match std::env::var_os("ALLOCATOR_PROMETHEUS_BIN").map(PathBuf::from) {
+        Some(path) if path.is_file() => return Some(path),
+        Some(path) => format!("ALLOCATOR_PROMETHEUS_BIN={} is not a file", path.display()),
+        None => "ALLOCATOR_PROMETHEUS_BIN is not set".to_owned(),
+    };
+    assert!(
+        !ci,
+        "{why}: under CI the Prometheus test must run (ops/test.sh exports the variable)"
+    );
+    eprintln!(
+        "SKIPPED prometheus_scrapes_the_cluster: {why}; run it through ops/test.sh, which \
+         unpacks Debian's prometheus package"
+    );
+    None
+}
+
+/// ops/prometheus/prometheus.yml with only the targets replaced: everything before
+/// `scrape_configs:` (global settings, rule_files) is kept verbatim with the test rule file added
+/// to rule_files, and every scrape job keeps its name and metrics path but reads its targets from
+/// `<job>.json` (file_sd, written by the test). Returns the config and the job names.
+fn derived_config(original: &str) -> (String, Vec<String>) {
+    let (head, scrape) = original
+        .split_once("\nscrape_configs:")
+        .expect("prometheus.yml has a top-level scrape_configs");
+    let mut config = String::new();
+    let mut rule_files = false;
+    for line in head.lines() {
+        config.push_str(line);
+        config.push('\n');
+        if line.trim_end() == "rule_files:" {
+            // List items of rule_files in prometheus.yml are indented by two spaces.
+            config.push_str("  - test-rules.yml\n");
+            rule_files = true;
+        }
+    }
+    assert!(rule_files, "prometheus.yml has no block rule_files list");
+    config.push_str("scrape_configs:\n");
+    let mut jobs = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    let flush = |config: &mut String, job: Option<(String, String)>| {
+        if let Some((name, path)) = job {
+            config.push_str(&format!(
+                "  - job_name: {name}\n    metrics_path: {path}\n    file_sd_configs:\n      \
+                 - files: [{name}.json]\n        refresh_interval: 1s\n"
+            ));
+        }
+    };
+    for line in scrape.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix("- job_name:") {
+            flush(&mut config, current.take());
+            jobs.push(name.trim().to_owned());
+            current = Some((name.trim().to_owned(), "/metrics".to_owned()));
+        } else if let (Some(path), Some(job)) = (line.strip_prefix("metrics_path:"), &mut current) {
+            job.1 = path.trim().to_owned();
+        }
+    }
+    flush(&mut config, current);
+    (config, jobs)
+}
+
+/// A Prometheus server configured like ops/prometheus/prometheus.yml, scraping `cluster`'s
+/// allocators and `router`, with alerts.yml and an (empty) test rule file loaded; its directory
+/// is removed when the guard drops after a passing test.
+pub(super) async fn start(
+    bin: &Path,
+    cluster: &Cluster,
+    router_url: &str,
+) -> (Prometheus, KeepOnFailure) {
+    let original = std::fs::read_to_string(repo_root().join("ops/prometheus/prometheus.yml"))
+        .expect("read prometheus.yml");
+    assert!(
+        original.contains("scrape_interval: 5s"),
+        "RATE_INTERVAL assumes the 5 s scrape interval of prometheus.yml"
+    );
+    let (config, jobs) = derived_config(&original);
+    assert_eq!(
+        jobs,
+        ["allocator", "router"],
+        "alerts.yml and the dashboard select job=\"allocator\" and job=\"router\""
+    );
+    let dir = std::env::temp_dir().join(format!(
+        "router-test-prometheus-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("prometheus dir");
+    let keep_on_failure = KeepOnFailure(dir.clone());
+    std::fs::write(dir.join("prometheus.yml"), &config).expect("write config");
+    std::fs::copy(
+        repo_root().join("ops/prometheus/alerts.yml"),
+        dir.join("alerts.yml"),
+    )
+    .expect("copy alerts.yml");
+    std::fs::write(dir.join("test-rules.yml"), "groups: []\n").expect("write test rules");
+    let router_addr = router_url.trim_start_matches("http://").to_owned();
+    let prometheus = Prometheus::start(bin, &dir).await;
+    prometheus.set_targets("allocator", &allocator_targets(cluster));
+    prometheus.set_targets("router", &[(router_addr, "router-0".to_owned())]);
+    (prometheus, keep_on_failure)
+}
+
+/// The scrape targets of the allocators that run, labelled with their ids.
+pub(super) fn allocator_targets(cluster: &Cluster) -> Vec<(String, String)> {
+    cluster
+        .allocators
+        .iter()
+        .filter(|a| a.process.is_some())
+        .map(|a| (format!("127.0.0.1:{}", a.port), a.id.clone()))
+        .collect()
+}
+
+pub(super) struct Prometheus {
+    pub(super) url: String,
+    dir: PathBuf,
+    /// Killed and reaped on drop.
+    _process: ChildProcess,
+}
+
+impl Prometheus {
+    async fn start(bin: &Path, dir: &Path) -> Prometheus {
+        let port = free_port();
+        let process = ChildProcess::spawn(
+            bin,
+            [
+                format!("--config.file={}", dir.join("prometheus.yml").display()),
+                format!("--storage.tsdb.path={}", dir.join("data").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                // POST /-/reload after the test rule file is written.
+                "--web.enable-lifecycle".to_owned(),
+                "--log.level=warn".to_owned(),
+            ],
+            &[],
+            &dir.join("prometheus.log"),
+        )
+        .expect("spawn prometheus");
+        let prometheus = Prometheus {
+            url: format!("http://127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+            _process: process,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match http()
+                .get(format!("{}/-/ready", prometheus.url))
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() => return prometheus,
+                _ if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                other => panic!(
+                    "prometheus not ready within 30 s: {other:?}; log: {}",
+                    std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+                ),
+            }
+        }
+    }
+
+    /// The directory of its configuration, rules, data and log.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `data` of a successful API answer, or the API's error text.
+    pub(super) async fn api(&self, path_and_query: &str) -> Result<Value, String> {
+        let body: Value = http()
+            .get(format!("{}{path_and_query}", self.url))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        if body["status"] == "success" {
+            Ok(body["data"].clone())
+        } else {
+            Err(format!("{}: {}", body["errorType"], body["error"]))
+        }
+    }
+
+    /// An instant query's result vector (a scalar answers as a one-element vector).
+    pub(super) async fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
+        let data = self
+            .api(&format!(
+                "/api/v1/query?query={}",
+                schema::path::encode_segment(expr)
+            ))
+            .await?;
+        match data["resultType"].as_str() {
+            Some("vector" | "matrix") => Ok(data["result"].as_array().cloned().unwrap_or_default()),
+            Some("scalar" | "string") => Ok(vec![data["result"].clone()]),
+            other => Err(format!("unexpected result type {other:?}")),
+        }
+    }
+
+    pub(super) async fn value(&self, expr: &str) -> Option<f64> {
+        let result = self.query(expr).await.ok()?;
+        result.first()?["value"][1].as_str()?.parse().ok()
+    }
+
+    /// Rewrite `<job>.json`; Prometheus watches the file.
+    pub(super) fn set_targets(&self, job: &str, targets: &[(String, String)]) {
+        let groups: Vec<Value> = targets
+            .iter()
+            .map(|(addr, replica)| json!({"targets": [addr], "labels": {"replica": replica}}))
+            .collect();
+        let path = self.dir.join(format!("{job}.json"));
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&groups).unwrap()).expect("write targets");
+        std::fs::rename(&tmp, &path).expect("replace targets");
+    }
+
+    pub(super) async fn wait_for(&self, what: &str, timeout: Duration, expr: &str, want: f64) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.value(expr).await;
+            if got == Some(want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: `{expr}` is {got:?}, wanted {want} within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// State of the short-`for:` copy of `alert` ("inactive" when it has no active alert).
+    pub(super) async fn copy_state(&self, alert: &str) -> String {
+        let data = self.api("/api/v1/alerts").await.expect("alerts");
+        data["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["labels"]["alertname"] == alert && a["labels"][COPY_LABEL] == "true")
+            .map(|a| a["state"].as_str().unwrap_or("?").to_owned())
+            .unwrap_or_else(|| "inactive".to_owned())
+    }
+
+    pub(super) async fn wait_alert(&self, alert: &str, want: &str, timeout: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let state = self.copy_state(alert).await;
+            if state == want {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{alert} (for: {SHORT_FOR} copy) is {state}, wanted {want} within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// Removes the Prometheus directory (config, rules, data, log) after a passing test and keeps it,
+/// with a message, after a failing one.
+pub(super) struct KeepOnFailure(PathBuf);
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "prometheus config, data and log kept in {}",
+                self.0.display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
