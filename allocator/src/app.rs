@@ -278,11 +278,7 @@ impl Application {
         let server = tokio::spawn(self.server);
         self.shutdown.cancelled().await;
         tracing::info!("shutdown requested");
-        let _ = tokio::join!(
-            self.manager_task,
-            self.settlement_task,
-            self.retention_task
-        );
+        let _ = tokio::join!(self.manager_task, self.settlement_task, self.retention_task);
         if let Some(task) = self.hint_task {
             let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
         }

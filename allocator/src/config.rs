@@ -150,7 +150,11 @@ pub struct ServeArgs {
     /// How long after its last transition a terminal reservation (and a finished order) still
     /// replays; then the retention job removes it and a reuse of its id is a new request.
     /// Default: 7 days, longer than any client's retry window.
-    #[arg(long, env = "ALLOCATOR_IDEMPOTENCY_HORIZON_SECS", default_value_t = 604_800)]
+    #[arg(
+        long,
+        env = "ALLOCATOR_IDEMPOTENCY_HORIZON_SECS",
+        default_value_t = 604_800
+    )]
     pub idempotency_horizon_secs: u64,
     /// Most rows one retention statement removes (each is a short transaction of its own).
     #[arg(long, env = "ALLOCATOR_RETENTION_BATCH", default_value_t = 500)]

@@ -86,7 +86,9 @@ impl Work for Retention {
                         .set(t.hot_updates as f64);
                 }
             }
-            Err(error) => tracing::debug!(job = JOB, error = %describe(&error), "table health read failed"),
+            Err(error) => {
+                tracing::debug!(job = JOB, error = %describe(&error), "table health read failed")
+            }
         }
     }
 
@@ -97,11 +99,25 @@ impl Work for Retention {
         let mut full = false;
         for (table, removed) in [("reservations", true), ("orders", false)] {
             let result = if removed {
-                store::remove_reservations(client, RETENTION_LEASE, &s.holder_id, term, s.horizon, batch)
-                    .await
+                store::remove_reservations(
+                    client,
+                    RETENTION_LEASE,
+                    &s.holder_id,
+                    term,
+                    s.horizon,
+                    batch,
+                )
+                .await
             } else {
-                store::remove_orders(client, RETENTION_LEASE, &s.holder_id, term, s.horizon, batch)
-                    .await
+                store::remove_orders(
+                    client,
+                    RETENTION_LEASE,
+                    &s.holder_id,
+                    term,
+                    s.horizon,
+                    batch,
+                )
+                .await
             };
             match result {
                 Ok(r) if r.fenced => {
@@ -120,7 +136,8 @@ impl Work for Retention {
                     }
                 }
                 Err(error) => {
-                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "failed").increment(1);
+                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "failed")
+                        .increment(1);
                     tracing::warn!(job = JOB, term, table, error = %describe(&error), "retention batch failed");
                     return Step::Idle;
                 }

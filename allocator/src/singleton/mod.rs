@@ -121,7 +121,12 @@ impl<W: Work> Job<W> {
     fn lose(&self, cause: LossCause) {
         let mut lease = self.lease.lock().expect("job lease lock");
         if let Some(term) = lease.epoch() {
-            tracing::warn!(job = self.name(), term, cause = cause.as_str(), "job lease lost");
+            tracing::warn!(
+                job = self.name(),
+                term,
+                cause = cause.as_str(),
+                "job lease lost"
+            );
             *lease = LeaseState::NotHeld;
             metrics::gauge!(m::JOB_LEADER, "job" => self.name()).set(0.0);
         }
@@ -256,7 +261,12 @@ impl<W: Work> Job<W> {
                     lost.zip(term)
                 };
                 if let Some((cause, term)) = lost {
-                    tracing::warn!(job = self.name(), term, cause = cause.as_str(), "job lease lost");
+                    tracing::warn!(
+                        job = self.name(),
+                        term,
+                        cause = cause.as_str(),
+                        "job lease lost"
+                    );
                     metrics::gauge!(m::JOB_LEADER, "job" => self.name()).set(0.0);
                 }
             },
