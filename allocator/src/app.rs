@@ -18,7 +18,9 @@ use crate::hints::HintPublisher;
 use crate::lease::state::LeaseTiming;
 use crate::replica::manager::{LeaseManager, ManagerSettings};
 use crate::replica::ownership::Ownership;
-use crate::settlement::{self, SettlementSettings};
+use crate::retention::{Retention, RetentionSettings};
+use crate::settlement::{Settlement, SettlementSettings};
+use crate::singleton::{self, JobSettings};
 use crate::worker::WorkerContext;
 use storage::StorageFence;
 
@@ -29,6 +31,7 @@ pub struct Application {
     shutdown: CancellationToken,
     manager_task: JoinHandle<()>,
     settlement_task: JoinHandle<()>,
+    retention_task: JoinHandle<()>,
     hint_task: Option<JoinHandle<()>>,
     metrics_task: JoinHandle<()>,
     reload_task: JoinHandle<()>,
@@ -153,15 +156,9 @@ impl Application {
             ready_tx,
         );
         let manager_task = manager.start(shutdown.clone());
-        let settlement_task = settlement::spawn(
-            SettlementSettings {
-                holder_id: config.replica_id.clone(),
-                window: config.settlement_window,
-                grace: config.settlement_grace,
-                poll_interval: config.settlement_window.min(Duration::from_secs(1)),
-                campaign_interval: config.campaign_interval,
-                timing,
-            },
+        // Each job has a pool of its own: it never takes a connection a request or a renewal
+        // waits for.
+        let job_pool = |job: &str| {
             build_fenced_pool(
                 &fence,
                 &PoolSettings {
@@ -169,10 +166,38 @@ impl Application {
                     wait: timing.renew_interval / 2,
                     lock_timeout: timing.renew_interval / 2,
                     connect_timeout: crate::db::CONNECT_TIMEOUT,
-                    application_name: format!("allocator:{}:settlement", config.replica_id),
+                    application_name: format!("allocator:{}:{job}", config.replica_id),
                     ..pool_settings.clone()
                 },
-            )?,
+            )
+        };
+        let job_settings = |poll_interval| JobSettings {
+            holder_id: config.replica_id.clone(),
+            poll_interval,
+            campaign_interval: config.campaign_interval,
+            timing,
+        };
+        let settlement_task = singleton::spawn(
+            Settlement::new(SettlementSettings {
+                holder_id: config.replica_id.clone(),
+                window: config.settlement_window,
+                grace: config.settlement_grace,
+            }),
+            job_settings(config.settlement_window.min(Duration::from_secs(1))),
+            job_pool("settlement")?,
+            Arc::new(SystemClock),
+            shutdown.clone(),
+        );
+        let retention = RetentionSettings {
+            holder_id: config.replica_id.clone(),
+            horizon: config.idempotency_horizon,
+            batch: config.retention_batch.get(),
+        };
+        let retention_poll = retention.poll_interval();
+        let retention_task = singleton::spawn(
+            Retention::new(retention),
+            job_settings(retention_poll),
+            job_pool("retention")?,
             Arc::new(SystemClock),
             shutdown.clone(),
         );
@@ -224,6 +249,7 @@ impl Application {
             shutdown,
             manager_task,
             settlement_task,
+            retention_task,
             hint_task,
             metrics_task,
             reload_task,
@@ -255,7 +281,7 @@ impl Application {
         let server = tokio::spawn(self.server);
         self.shutdown.cancelled().await;
         tracing::info!("shutdown requested");
-        let _ = tokio::join!(self.manager_task, self.settlement_task);
+        let _ = tokio::join!(self.manager_task, self.settlement_task, self.retention_task);
         if let Some(task) = self.hint_task {
             let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
         }
