@@ -16,6 +16,9 @@
 #                             zipf routed, and open loop zipf at BENCH_COMPARE_RATE (1000/s)
 #                             direct and routed. Prints both and the ratios of throughput and of
 #                             CPU per operation (no pgbench or Redis rows)
+#   ops/bench.sh growth [--help]
+#                             whether a reserve's cost grows with history, and table sizes under
+#                             a short idempotency horizon: ops/bench/growth.sh (its own knobs)
 #   ops/bench.sh --help
 #
 # Rows, one after the other, each BENCH_DURATION seconds:
@@ -61,6 +64,7 @@ SHORT=""
 COMPARE=""
 while (($#)); do
     case "$1" in
+        growth) shift; exec "$OPS_DIR/bench/growth.sh" "$@" ;;
         --short) SHORT=1 ;;
         --compare)
             [[ $# -ge 2 ]] || die "--compare needs a directory with the baseline's binaries"

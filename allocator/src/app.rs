@@ -14,11 +14,14 @@ use crate::clock::SystemClock;
 use crate::commit::{CommitSettings, Committer};
 use crate::config::AllocatorConfig;
 use crate::db::{build_fenced_pool, PoolSettings};
+use crate::events::{self, RelaySettings};
 use crate::hints::HintPublisher;
 use crate::lease::state::LeaseTiming;
 use crate::replica::manager::{LeaseManager, ManagerSettings};
 use crate::replica::ownership::Ownership;
-use crate::settlement::{self, RelaySettings, SettlementSettings};
+use crate::retention::{Retention, RetentionSettings};
+use crate::settlement::{Settlement, SettlementSettings};
+use crate::singleton::{self, JobSettings};
 use crate::worker::WorkerContext;
 use storage::StorageFence;
 
@@ -29,6 +32,7 @@ pub struct Application {
     shutdown: CancellationToken,
     manager_task: JoinHandle<()>,
     settlement_task: JoinHandle<()>,
+    retention_task: JoinHandle<()>,
     hint_task: Option<JoinHandle<()>>,
     metrics_task: JoinHandle<()>,
     reload_task: JoinHandle<()>,
@@ -153,6 +157,13 @@ impl Application {
             ready_tx,
         );
         let manager_task = manager.start(shutdown.clone());
+        // Each job has a pool of its own: it never takes a connection a request or a renewal
+        // waits for.
+        // The change-event relay runs beside settlement under its lease (DESIGN.md §14). Its lag
+        // is exported by every replica (0 unless it runs the relay), so the lag alert always has
+        // a series to read.
+        metrics::gauge!(crate::metrics::EVENTS_LAG_ENTRIES).set(0.0);
+        metrics::gauge!(crate::metrics::EVENTS_LAG_SECONDS).set(0.0);
         let relay =
             config
                 .events
@@ -164,29 +175,61 @@ impl Application {
                     max_len: events.max_len.get(),
                     interval: events.interval,
                 });
-        let job_connections = if relay.is_some() { 3 } else { 2 };
-        let settlement_task = settlement::spawn(
-            SettlementSettings {
-                holder_id: config.replica_id.clone(),
-                window: config.settlement_window,
-                grace: config.settlement_grace,
-                poll_interval: config.settlement_window.min(Duration::from_secs(1)),
-                campaign_interval: config.campaign_interval,
-                timing,
-            },
+        let job_pool = |job: &str, size: usize| {
             build_fenced_pool(
                 &fence,
                 &PoolSettings {
-                    size: job_connections,
+                    size,
                     wait: timing.renew_interval / 2,
                     lock_timeout: timing.renew_interval / 2,
                     connect_timeout: crate::db::CONNECT_TIMEOUT,
-                    application_name: format!("allocator:{}:settlement", config.replica_id),
+                    application_name: format!("allocator:{}:{job}", config.replica_id),
                     ..pool_settings.clone()
                 },
-            )?,
+            )
+        };
+        let job_settings = |poll_interval| JobSettings {
+            holder_id: config.replica_id.clone(),
+            poll_interval,
+            campaign_interval: config.campaign_interval,
+            timing,
+        };
+        // The relay takes a third connection of the settlement job's pool.
+        let settlement_pool = job_pool("settlement", if relay.is_some() { 3 } else { 2 })?;
+        let companion = relay.map(|relay| -> singleton::Companion {
+            Box::new(
+                move |term, pool, stop| match events::spawn(relay, pool, term, stop) {
+                    Ok(task) => Some(task),
+                    Err(error) => {
+                        tracing::error!(%error, "event relay not started");
+                        None
+                    }
+                },
+            )
+        });
+        let settlement_task = singleton::spawn_with(
+            Settlement::new(SettlementSettings {
+                holder_id: config.replica_id.clone(),
+                window: config.settlement_window,
+                grace: config.settlement_grace,
+            }),
+            job_settings(config.settlement_window.min(Duration::from_secs(1))),
+            settlement_pool,
             Arc::new(SystemClock),
-            relay,
+            companion,
+            shutdown.clone(),
+        );
+        let retention = RetentionSettings {
+            holder_id: config.replica_id.clone(),
+            horizon: config.idempotency_horizon,
+            batch: config.retention_batch.get(),
+        };
+        let retention_poll = retention.poll_interval();
+        let retention_task = singleton::spawn(
+            Retention::new(retention),
+            job_settings(retention_poll),
+            job_pool("retention", 2)?,
+            Arc::new(SystemClock),
             shutdown.clone(),
         );
 
@@ -237,6 +280,7 @@ impl Application {
             shutdown,
             manager_task,
             settlement_task,
+            retention_task,
             hint_task,
             metrics_task,
             reload_task,
@@ -268,7 +312,7 @@ impl Application {
         let server = tokio::spawn(self.server);
         self.shutdown.cancelled().await;
         tracing::info!("shutdown requested");
-        let _ = tokio::join!(self.manager_task, self.settlement_task);
+        let _ = tokio::join!(self.manager_task, self.settlement_task, self.retention_task);
         if let Some(task) = self.hint_task {
             let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
         }

@@ -150,6 +150,18 @@ pub struct ServeArgs {
     /// The change-event relay's flags (`--events`, …).
     #[command(flatten)]
     pub events: crate::events::EventsArgs,
+    /// How long after its last transition a terminal reservation (and a finished order) still
+    /// replays; then the retention job removes it and a reuse of its id is a new request.
+    /// Default: 7 days, longer than any client's retry window.
+    #[arg(
+        long,
+        env = "ALLOCATOR_IDEMPOTENCY_HORIZON_SECS",
+        default_value_t = 604_800
+    )]
+    pub idempotency_horizon_secs: u64,
+    /// Most rows one retention statement removes (each is a short transaction of its own).
+    #[arg(long, env = "ALLOCATOR_RETENTION_BATCH", default_value_t = 500)]
+    pub retention_batch: usize,
 
     /// Clients allowed to call, one `NAME SCOPE[,SCOPE] SHA256_HEX [rate=N] [burst=N]` per line
     /// (hashes, never tokens); re-read on SIGHUP. Without it authentication is off.
@@ -221,6 +233,8 @@ pub struct AllocatorConfig {
     pub settlement_grace: Duration,
     /// The change-event relay; `None` when `--events` is off.
     pub events: Option<crate::events::EventsConfig>,
+    pub idempotency_horizon: Duration,
+    pub retention_batch: NonZeroUsize,
     /// Authentication and per-client limits.
     pub access: access::Settings,
     /// HTTPS on the listener; `None` serves plain HTTP.
@@ -266,6 +280,11 @@ const HTTP_WORKERS: Flag = flag("http-workers", "ALLOCATOR_HTTP_WORKERS");
 const REPLICA_ID: Flag = flag("replica-id", "ALLOCATOR_REPLICA_ID");
 const SETTLEMENT_WINDOW: Flag = flag("settlement-window-secs", "ALLOCATOR_SETTLEMENT_WINDOW_SECS");
 const SETTLEMENT_GRACE: Flag = flag("settlement-grace-ms", "ALLOCATOR_SETTLEMENT_GRACE_MS");
+const IDEMPOTENCY_HORIZON: Flag = flag(
+    "idempotency-horizon-secs",
+    "ALLOCATOR_IDEMPOTENCY_HORIZON_SECS",
+);
+const RETENTION_BATCH: Flag = flag("retention-batch", "ALLOCATOR_RETENTION_BATCH");
 const CLIENT_CONCURRENCY: Flag = flag("client-concurrency", "ALLOCATOR_CLIENT_CONCURRENCY");
 
 /// The access flags, for refusals.
@@ -331,6 +350,8 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
                 .settlement_grace_ms
                 .unwrap_or(args.statement_timeout_ms + 2000)),
             events: args.events.validated()?,
+            idempotency_horizon: Duration::from_secs(args.idempotency_horizon_secs),
+            retention_batch: non_zero(args.retention_batch, RETENTION_BATCH)?,
             access: access::Settings {
                 auth_file: args.auth_file,
                 rate: args.client_rate,
@@ -375,6 +396,7 @@ impl AllocatorConfig {
             (LOCK_TIMEOUT, self.lock_timeout),
             (REQUEST_TIMEOUT, self.request_timeout),
             (SETTLEMENT_WINDOW, self.settlement_window),
+            (IDEMPOTENCY_HORIZON, self.idempotency_horizon),
         ];
         for (flag, value) in positive {
             if value.is_zero() {

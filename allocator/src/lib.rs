@@ -10,7 +10,8 @@
 //! 1. [`api`] — HTTP handlers; map worker errors and outcomes to HTTP answers.
 //! 2. [`dispatch`] — find the local owner of a partition, queue a command, await the answer.
 //! 3. [`replica`] — the ownership table and the lease manager's tasks (campaign, renew,
-//!    watchdog, hand-back), which spawn and supervise workers.
+//!    watchdog, hand-back), which spawn and supervise workers; beside it the lease-guarded
+//!    [`singleton`] jobs, [`settlement`] and [`retention`].
 //! 4. [`worker`] — one task per owned partition: batching, sweeps, authority checks; it sees
 //!    its lease only through an [`authority::PartitionAuthority`] and takes [`work::WorkItem`]s.
 //! 5. [`commit`] — group commit lanes sharing one statement between partitions.
@@ -41,6 +42,8 @@ pub mod lease;
 pub mod metrics;
 pub mod negative_control;
 pub mod replica;
+pub mod retention;
 pub mod settlement;
+pub mod singleton;
 pub mod work;
 pub mod worker;

@@ -110,12 +110,12 @@ pub const STORAGE_METRICS: storage::MetricNames = storage::MetricNames {
 /// hand-off milliseconds, after a crash about one lease TTL.
 pub const LEASE_VACANCY: &str = "allocator_lease_vacancy_seconds";
 
-// Singleton jobs, labelled `job` (today only `settlement`).
+// Singleton jobs, labelled `job` (`settlement`, `retention`).
 /// 1 on the replica that holds the job's lease with authority, 0 elsewhere.
 pub const JOB_LEADER: &str = "allocator_job_leader";
 /// The term (lease epoch) this replica last held the job under.
 pub const JOB_TERM: &str = "allocator_job_term";
-/// Job steps by `outcome`: `settled`, `taken_over`, `stale_term`, `failed`.
+/// Job steps by `outcome`: `settled`, `taken_over`, `removed`, `stale_term`, `failed`.
 pub const JOB_RUNS: &str = "allocator_job_runs_total";
 /// Seconds from the end of the last settled window to now (database clock), on every replica.
 pub const JOB_WINDOW_LAG: &str = "allocator_job_window_lag_seconds";
@@ -138,6 +138,21 @@ pub const EVENTS_PUBLISHED: &str = "allocator_events_published_total";
 pub const EVENTS_REPUBLISHES: &str = "allocator_events_republishes_total";
 /// Relay rounds that failed, by `cause` (`redis`, `database`, `stale_term`).
 pub const EVENTS_RELAY_FAILURES: &str = "allocator_events_relay_failures_total";
+// Retention and table health (the retention job; health is read on every replica).
+/// Rows removed past the idempotency horizon, by `table` (`reservations`, `orders`).
+pub const RETENTION_REMOVED: &str = "allocator_retention_removed_total";
+/// The configured idempotency horizon.
+pub const RETENTION_HORIZON_SECONDS: &str = "allocator_retention_horizon_seconds";
+/// Size on disk of a watched table with its indexes and TOAST, by `table`.
+pub const TABLE_BYTES: &str = "allocator_table_bytes";
+/// `pg_stat_user_tables.n_live_tup`, by `table`.
+pub const TABLE_LIVE_TUPLES: &str = "allocator_table_live_tuples";
+/// `pg_stat_user_tables.n_dead_tup`, by `table`: what vacuum has not reclaimed yet.
+pub const TABLE_DEAD_TUPLES: &str = "allocator_table_dead_tuples";
+/// `pg_stat_user_tables.n_tup_upd` (a counter kept by the server), by `table`.
+pub const TABLE_UPDATES: &str = "allocator_table_updates";
+/// `pg_stat_user_tables.n_tup_hot_upd`, by `table`; divided by the updates, the HOT ratio.
+pub const TABLE_HOT_UPDATES: &str = "allocator_table_hot_updates";
 
 /// How often histogram samples are folded into their buckets. Bounds the buffered samples to
 /// what arrives in this period (about 0.5 MB at 1.3k requests/s), scraped or not.

@@ -1,7 +1,6 @@
 //! The relay's loop: read what each stream has after its cursor, append it to Redis, record it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -14,9 +13,7 @@ use crate::error::{classify, describe, DbFailure};
 use crate::metrics as m;
 use schema::events::{read, Event, Stream};
 
-/// The relay's term while the job lease is held with authority, `None` otherwise; asked before
-/// every round.
-pub type TermSource = Arc<dyn Fn() -> Option<i64> + Send + Sync>;
+pub use crate::singleton::TermSource;
 
 #[derive(Debug, Clone)]
 pub struct RelaySettings {

@@ -15,15 +15,11 @@
 //!   overlapped, and a window is only claimed once the database clock is past its end plus a grace
 //!   longer than a batch statement may run, so no confirmation can still commit into it.
 //!
-//! Authority follows the partition leases' rules (the same [`LeaseState`] machine): the job stops
-//! at its safe deadline, on an ambiguous renewal (it holds no new claims while uncertain), and
-//! after a process stall longer than the margin. The job reads and writes only its own tables and
-//! the ledger's confirmation index; it never takes a lock a reservation waits for.
-//!
-//! [`LeaseState`]: crate::lease::state::LeaseState
+//! Authority and the lease are [`crate::singleton`]'s, shared with the retention job. The job
+//! reads and writes only its own tables and the ledger's confirmation index; it never takes a
+//! lock a reservation waits for.
 
 mod job;
 pub mod store;
 
-pub use crate::events::RelaySettings;
-pub use job::{spawn, SettlementSettings};
+pub use job::{Settlement, SettlementSettings};

@@ -1,5 +1,5 @@
-//! The settlement job's statements: its lease (by name, without an assignment revision, because
-//! the job is not routed to) and its two steps per window, claim and settle.
+//! The settlement job's statements: its two steps per window, claim and settle (the lease is
+//! [`crate::singleton::store`]'s).
 //!
 //! Every write of a step is checked against the job's term by the tables' own trigger
 //! (`settlement_term_fence`, migration V4), not by anything this module reads first: a holder
@@ -10,73 +10,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_postgres::GenericClient;
 
-use schema::SETTLEMENT_LEASE;
-
 fn millis(d: Duration) -> i64 {
     d.as_millis() as i64
-}
-
-/// Take the job lease when nobody holds it, it expired, or this replica is the recorded holder
-/// (a restart). Always a new, higher term.
-pub async fn acquire<C: GenericClient>(
-    client: &C,
-    holder_id: &str,
-    ttl: Duration,
-) -> Result<Option<i64>, tokio_postgres::Error> {
-    let row = client
-        .query_opt(
-            // FOR UPDATE first, as for partitions: it waits for (or times out on) every settle
-            // step still holding the row FOR KEY SHARE under the old term.
-            "WITH target AS (
-                 SELECT name FROM leases
-                  WHERE name = $1 AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
-                    FOR UPDATE)
-             UPDATE leases AS l
-                SET holder_id = $2, holder_url = NULL, epoch = l.epoch + 1,
-                    acquired_at = now(), renewed_at = now(),
-                    expires_at = now() + $3::bigint * interval '1 millisecond',
-                    transitions = l.transitions + 1
-               FROM target
-              WHERE l.name = target.name
-          RETURNING l.epoch",
-            &[&SETTLEMENT_LEASE, &holder_id, &millis(ttl)],
-        )
-        .await?;
-    Ok(row.map(|r| r.get(0)))
-}
-
-/// Extend the job lease; `false` means it is no longer this replica's at this term.
-pub async fn renew<C: GenericClient>(
-    client: &C,
-    holder_id: &str,
-    term: i64,
-    ttl: Duration,
-) -> Result<bool, tokio_postgres::Error> {
-    let rows = client
-        .execute(
-            "UPDATE leases
-                SET renewed_at = now(), expires_at = now() + $4::bigint * interval '1 millisecond'
-              WHERE name = $1 AND holder_id = $2 AND epoch = $3 AND expires_at > now()",
-            &[&SETTLEMENT_LEASE, &holder_id, &term, &millis(ttl)],
-        )
-        .await?;
-    Ok(rows == 1)
-}
-
-/// Give the job lease back so a peer can take it at once; conditional on holder and term.
-pub async fn release<C: GenericClient>(
-    client: &C,
-    holder_id: &str,
-    term: i64,
-) -> Result<bool, tokio_postgres::Error> {
-    let rows = client
-        .execute(
-            "UPDATE leases SET holder_id = NULL, expires_at = now(), transitions = transitions + 1
-              WHERE name = $1 AND holder_id = $2 AND epoch = $3",
-            &[&SETTLEMENT_LEASE, &holder_id, &term],
-        )
-        .await?;
-    Ok(rows == 1)
 }
 
 /// A window claimed for settlement.

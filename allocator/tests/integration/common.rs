@@ -35,7 +35,12 @@ pub async fn client(url: &str) -> tokio_postgres::Client {
 /// Short timings so failover tests run in seconds, built through the command line so the
 /// validation a replica runs at start applies to tests too.
 pub fn fast_config(database_url: &str, replica_id: &str) -> AllocatorConfig {
-    let cli = Cli::try_parse_from([
+    fast_config_with(database_url, replica_id, &[])
+}
+
+/// [`fast_config`] with more arguments (later ones win).
+pub fn fast_config_with(database_url: &str, replica_id: &str, extra: &[&str]) -> AllocatorConfig {
+    let base = [
         "allocator",
         "serve",
         "--database-url",
@@ -62,8 +67,8 @@ pub fn fast_config(database_url: &str, replica_id: &str) -> AllocatorConfig {
         "3000",
         "--pool-size",
         "8",
-    ])
-    .expect("static arguments parse");
+    ];
+    let cli = Cli::try_parse_from(base.iter().chain(extra)).expect("static arguments parse");
     let Command::Serve(args) = cli.command else {
         unreachable!("serve was given")
     };

@@ -285,8 +285,9 @@ async fn an_unscraped_replica_keeps_its_memory_bounded() {
     const WARMUP: Duration = Duration::from_secs(5);
     /// Two upkeep periods, so each window's peak includes a whole buffering cycle.
     const WINDOW: Duration = Duration::from_secs(10);
-    /// Samples recorded after the early window: ~3.4 MB if nothing ever drained them.
-    const LATER_REQUESTS: u64 = 400_000;
+    /// Samples recorded after the early window: ~4 MB if nothing ever drained them, above the
+    /// 3–4 MB the resident set moves by on its own under this load (allocator arenas).
+    const LATER_REQUESTS: u64 = 500_000;
     /// What a buffered histogram sample costs at least (64 f64 slots per ~536-byte block).
     const BYTES_PER_SAMPLE: u64 = 8;
     const CONNECTIONS: usize = 8;
@@ -340,7 +341,7 @@ async fn an_unscraped_replica_keeps_its_memory_bounded() {
             }
         }
         assert!(
-            at < Duration::from_secs(150),
+            at < Duration::from_secs(200),
             "load too light to tell: {count} requests in {at:?}"
         );
     }
@@ -362,8 +363,10 @@ async fn an_unscraped_replica_keeps_its_memory_bounded() {
     println!(
         "peak rss {early} KiB early, {late} KiB late; {later} requests in between would buffer >= {unbounded_kib} KiB"
     );
+    // Buffered samples would grow the set by at least `unbounded_kib` (8 bytes is the least a
+    // sample costs); bounded buffering stays within the arenas' own movement.
     assert!(
-        late.saturating_sub(early) < unbounded_kib / 2,
+        late.saturating_sub(early) < unbounded_kib,
         "rss grew from {early} to {late} KiB over {later} unscraped requests"
     );
 }

@@ -18,6 +18,8 @@ mod lifecycle;
 mod openapi;
 mod processes;
 mod renewal;
+mod retention;
+mod retention_support;
 mod settlement;
 mod settlement_support;
 mod settlement_takeover;

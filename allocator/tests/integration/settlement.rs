@@ -97,7 +97,7 @@ async fn revived_holder_is_refused_by_the_database() {
     )
     .await;
     assert_eq!(
-        metric(&a.url, "allocator_job_leader").await,
+        metric(&a.url, SETTLEMENT_LEADER).await,
         0.0,
         "A stepped down"
     );
@@ -132,7 +132,7 @@ async fn holder_cut_off_from_the_database_stops_and_another_takes_over() {
     wait_until(
         "A stepped down",
         Duration::from_millis(TTL_MS + 2000),
-        || async { metric(&a.url, "allocator_job_leader").await == 0.0 },
+        || async { metric(&a.url, SETTLEMENT_LEADER).await == 0.0 },
     )
     .await;
     let stepped_down = cut.elapsed();

@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use allocator::settlement::store;
+use allocator::singleton::store as lease;
 use chrono::{DateTime, Utc};
+use schema::SETTLEMENT_LEASE;
 
 use crate::common::*;
 use crate::settlement_support::*;
@@ -144,7 +146,10 @@ async fn a_takeover_waits_for_the_claimed_window_to_close() {
     let start = align_creation(&db, 4, 0.5..2.5).await;
     let pg = client(&db).await;
 
-    let term1 = store::acquire(&pg, "len-a", ttl).await.unwrap().unwrap();
+    let term1 = lease::acquire(&pg, SETTLEMENT_LEASE, "len-a", ttl)
+        .await
+        .unwrap()
+        .unwrap();
     let claimed = store::claim_next(
         &pg,
         "len-a",
@@ -159,9 +164,14 @@ async fn a_takeover_waits_for_the_claimed_window_to_close() {
         (claimed.start, claimed.end - claimed.start),
         (start, chrono::Duration::seconds(4))
     );
-    assert!(store::release(&pg, "len-a", term1).await.unwrap());
+    assert!(lease::release(&pg, SETTLEMENT_LEASE, "len-a", term1)
+        .await
+        .unwrap());
 
-    let term2 = store::acquire(&pg, "len-b", ttl).await.unwrap().unwrap();
+    let term2 = lease::acquire(&pg, SETTLEMENT_LEASE, "len-b", ttl)
+        .await
+        .unwrap()
+        .unwrap();
     let grace = Duration::from_millis(3500);
     let window = Duration::from_secs(1);
     let early = store::claim_next(&pg, "len-b", term2, window, grace)

@@ -1,0 +1,152 @@
+//! The retention job: an idempotency horizon for reservations and orders (DESIGN.md §8a).
+//!
+//! A reservation id protects a retry for a configured horizon after its last transition
+//! (`--idempotency-horizon-secs`, default 7 days). After that a *terminal* reservation
+//! (`confirmed`, `released`, `expired`, `rejected`) is removed, and so is a finished order once
+//! its lines are gone; a `held` reservation and a `pending` order are never removed. A reuse of
+//! a removed id is a new request. The ledger keeps every row: it names its reservation by id as
+//! plain text (no foreign key since V2) and balances on its own, and settlement reads only the
+//! ledger, so removing a reservation changes no total and no settled window.
+//!
+//! The job is a singleton ([`crate::singleton`], lease `job/retention`) so replicas do not
+//! compete for the same rows; correctness does not depend on that (any replica would remove
+//! the same rows). Each step is one short statement over at most `batch` rows that skips rows
+//! locked by the hot path ([`store`]). A job killed mid-run loses at most its uncommitted
+//! statement; the next holder continues from the oldest row left.
+//!
+//! Every replica also exports the size and dead tuples of the watched tables, so the health of
+//! the hot rows is visible whoever holds the job.
+
+pub mod store;
+
+use std::time::Duration;
+
+use crate::error::describe;
+use crate::metrics as m;
+use crate::singleton::{Routine, Step};
+
+const JOB: &str = "retention";
+/// The job lease's name.
+pub const RETENTION_LEASE: &str = "job/retention";
+/// Most batches per tick: a backlog is worked off at up to this many batches per poll interval.
+const BATCHES_PER_TICK: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct RetentionSettings {
+    pub holder_id: String,
+    /// How long after its last transition a terminal reservation (or a finished order) is kept.
+    pub horizon: Duration,
+    /// Most rows one statement removes.
+    pub batch: usize,
+}
+
+impl RetentionSettings {
+    /// How often the job observes and looks for rows past the horizon: often enough that a row
+    /// outlives the horizon by a fraction of it, never busier than every 100 ms.
+    pub fn poll_interval(&self) -> Duration {
+        (self.horizon / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
+    }
+}
+
+pub struct Retention(RetentionSettings);
+
+impl Retention {
+    pub fn new(settings: RetentionSettings) -> Self {
+        metrics::gauge!(m::RETENTION_HORIZON_SECONDS).set(settings.horizon.as_secs_f64());
+        Self(settings)
+    }
+}
+
+impl Routine for Retention {
+    fn name(&self) -> &'static str {
+        JOB
+    }
+
+    fn lease(&self) -> &'static str {
+        RETENTION_LEASE
+    }
+
+    fn steps_per_tick(&self) -> usize {
+        BATCHES_PER_TICK
+    }
+
+    async fn observe(&self, client: &tokio_postgres::Client) {
+        match store::table_health(client).await {
+            Ok(tables) => {
+                for t in tables {
+                    let table = t.table;
+                    metrics::gauge!(m::TABLE_BYTES, "table" => table.clone()).set(t.bytes as f64);
+                    metrics::gauge!(m::TABLE_LIVE_TUPLES, "table" => table.clone())
+                        .set(t.live_tuples as f64);
+                    metrics::gauge!(m::TABLE_DEAD_TUPLES, "table" => table.clone())
+                        .set(t.dead_tuples as f64);
+                    metrics::gauge!(m::TABLE_UPDATES, "table" => table.clone())
+                        .set(t.updates as f64);
+                    metrics::gauge!(m::TABLE_HOT_UPDATES, "table" => table)
+                        .set(t.hot_updates as f64);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(job = JOB, error = %describe(&error), "table health read failed")
+            }
+        }
+    }
+
+    /// One batch of reservations; once they are caught up, one batch of orders.
+    async fn step(&self, client: &tokio_postgres::Client, term: i64) -> Step {
+        let s = &self.0;
+        let batch = s.batch as i64;
+        let mut full = false;
+        for (table, removed) in [("reservations", true), ("orders", false)] {
+            let result = if removed {
+                store::remove_reservations(
+                    client,
+                    RETENTION_LEASE,
+                    &s.holder_id,
+                    term,
+                    s.horizon,
+                    batch,
+                )
+                .await
+            } else {
+                store::remove_orders(
+                    client,
+                    RETENTION_LEASE,
+                    &s.holder_id,
+                    term,
+                    s.horizon,
+                    batch,
+                )
+                .await
+            };
+            match result {
+                Ok(r) if r.fenced => {
+                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "stale_term")
+                        .increment(1);
+                    return Step::Fenced;
+                }
+                Ok(r) => {
+                    metrics::counter!(m::RETENTION_REMOVED, "table" => table).increment(r.rows);
+                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "removed")
+                        .increment(1);
+                    if r.rows >= s.batch as u64 {
+                        full = true;
+                        // Reservations first: an order waits for its lines anyway.
+                        break;
+                    }
+                }
+                Err(error) => {
+                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "failed")
+                        .increment(1);
+                    tracing::warn!(job = JOB, term, table, error = %describe(&error), "retention batch failed");
+                    return Step::Idle;
+                }
+            }
+        }
+        if full {
+            Step::More
+        } else {
+            Step::Idle
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The retention job's statements: one small batch of reservations or orders past the horizon,
+//! and the table-health read.
+//!
+//! Each batch is one autocommit statement: its own fence (the job's lease row read `FOR KEY
+//! SHARE`, which only an acquisition's `FOR UPDATE` conflicts with), then the oldest rows past the
+//! horizon locked `FOR UPDATE SKIP LOCKED` — a row a fenced batch or an order submission has
+//! locked is left for a later batch, never waited for — then a delete by `ctid` (a TID scan). The
+//! statement locks at most `batch` rows, no inventory row and no partition lease, and holds them
+//! for one statement.
+
+use std::time::Duration;
+
+use tokio_postgres::GenericClient;
+
+/// What one batch did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    /// False when the lease no longer names this holder at this term: nothing was removed.
+    pub fenced: bool,
+    pub rows: u64,
+}
+
+fn removed(row: &tokio_postgres::Row) -> Removed {
+    Removed {
+        fenced: !row.get::<_, bool>(0),
+        rows: row.get::<_, i64>(1) as u64,
+    }
+}
+
+const FENCE: &str = "fence AS (
+     SELECT 1 FROM leases
+      WHERE name = $1 AND holder_id = $2 AND epoch = $3 AND expires_at > now()
+        FOR KEY SHARE)";
+
+/// Remove up to `batch` terminal reservations whose last transition is older than `horizon`.
+/// A `held` reservation is never removed, however old.
+pub async fn remove_reservations<C: GenericClient>(
+    client: &C,
+    lease: &str,
+    holder_id: &str,
+    term: i64,
+    horizon: Duration,
+    batch: i64,
+) -> Result<Removed, tokio_postgres::Error> {
+    let sql = format!(
+        "WITH {FENCE},
+         victims AS (
+             SELECT ctid FROM reservations
+              WHERE status <> 'held'
+                AND updated_at < now() - $4::bigint * interval '1 millisecond'
+                AND EXISTS (SELECT 1 FROM fence)
+              ORDER BY updated_at
+              LIMIT $5
+                FOR UPDATE SKIP LOCKED),
+         gone AS (
+             DELETE FROM reservations
+              WHERE ctid = ANY (ARRAY(SELECT ctid FROM victims)) AND status <> 'held'
+          RETURNING 1)
+         SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM gone)"
+    );
+    let row = client
+        .query_one(
+            &sql,
+            &[
+                &lease,
+                &holder_id,
+                &term,
+                &(horizon.as_millis() as i64),
+                &batch,
+            ],
+        )
+        .await?;
+    Ok(removed(&row))
+}
+
+/// Remove up to `batch` finished orders (`placed`, `failed`, `refused`) decided longer than
+/// `horizon` ago and none of whose line reservations is left (in either line-id form), so an
+/// order goes only after its lines: while a line is kept, a resubmission still replays.
+pub async fn remove_orders<C: GenericClient>(
+    client: &C,
+    lease: &str,
+    holder_id: &str,
+    term: i64,
+    horizon: Duration,
+    batch: i64,
+) -> Result<Removed, tokio_postgres::Error> {
+    let sql = format!(
+        "WITH {FENCE},
+         victims AS (
+             SELECT o.ctid FROM orders AS o
+              WHERE o.status <> 'pending'
+                AND o.updated_at < now() - $4::bigint * interval '1 millisecond'
+                AND EXISTS (SELECT 1 FROM fence)
+                AND NOT EXISTS (
+                    SELECT 1 FROM reservations AS r
+                     WHERE r.reservation_id = ANY (ARRAY(
+                           SELECT form || o.order_id || ':' || i
+                             FROM generate_series(0, jsonb_array_length(o.request -> 'lines') - 1)
+                                  AS i,
+                                  unnest(ARRAY['order:', '']) AS form)))
+              ORDER BY o.updated_at
+              LIMIT $5
+                FOR UPDATE OF o SKIP LOCKED),
+         gone AS (
+             DELETE FROM orders
+              WHERE ctid = ANY (ARRAY(SELECT ctid FROM victims)) AND status <> 'pending'
+          RETURNING 1)
+         SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM gone)"
+    );
+    let row = client
+        .query_one(
+            &sql,
+            &[
+                &lease,
+                &holder_id,
+                &term,
+                &(horizon.as_millis() as i64),
+                &batch,
+            ],
+        )
+        .await?;
+    Ok(removed(&row))
+}
+
+/// The tables whose health is exported: the hot ones and the ones that grow with history.
+pub const WATCHED_TABLES: &[&str] = &[
+    "inventory",
+    "leases",
+    "reservations",
+    "ledger",
+    "orders",
+    "adjustments",
+    "lease_history",
+];
+
+/// One table's statistics (`pg_stat_user_tables`) and size on disk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableHealth {
+    pub table: String,
+    /// Heap, indexes and TOAST.
+    pub bytes: i64,
+    pub live_tuples: i64,
+    pub dead_tuples: i64,
+    pub updates: i64,
+    /// Updates that were heap-only (no index entry written).
+    pub hot_updates: i64,
+}
+
+pub async fn table_health<C: GenericClient>(
+    client: &C,
+) -> Result<Vec<TableHealth>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT relname::text, pg_total_relation_size(relid), n_live_tup, n_dead_tup,
+                    n_tup_upd, n_tup_hot_upd
+               FROM pg_stat_user_tables
+              WHERE schemaname = current_schema() AND relname = ANY ($1)",
+            &[&WATCHED_TABLES],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| TableHealth {
+            table: r.get(0),
+            bytes: r.get(1),
+            live_tuples: r.get(2),
+            dead_tuples: r.get(3),
+            updates: r.get(4),
+            hot_updates: r.get(5),
+        })
+        .collect())
+}

@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# Does the cost of a reserve grow with history? Two figures from one invocation on one private,
+# durable PostgreSQL (fsync and synchronous commit on, shared_buffers GROWTH_SHARED_BUFFERS):
+#
+#   1. growth: closed-loop uniform reserves (`loadtest run`, GROWTH_CONCURRENCY clients, fresh
+#      SKUs) straight to one allocator, first on the empty cluster, then after GROWTH_HISTORY
+#      historical reservations (random UUID ids, as clients send, all four terminal states,
+#      changed within the last day so inside the default horizon) and their ledger rows (two
+#      each) were loaded into the same database; prints both rates and their ratio.
+#   2. steady: a fresh database, an allocator with --idempotency-horizon-secs GROWTH_HORIZON_SECS,
+#      open-loop reserves at GROWTH_STEADY_RATE per second (half confirmed, the rest released
+#      or expired after a 5 s hold) for GROWTH_STEADY_SECS; every 10 s the sizes of
+#      `reservations` (heap, indexes, TOAST), its live rows and the database. Once the horizon
+#      has passed, removals keep pace with inserts and vacuum makes their space reusable: prints
+#      the size at the start of the run's last third against the size at the end. The ledger is kept (archival is not part of this), so the
+#      database as a whole still grows by the ledger's rows.
+#   Under the figures: for each growth row, the hot tables' (inventory, leases, reservations)
+#   inserts, updates, HOT updates, live and dead tuples and autovacuum runs over the row, from
+#   pg_stat_user_tables (reset before the row), with their storage options.
+#
+#   ops/bench.sh growth       (or ops/bench/growth.sh) build release binaries, run both, print
+#   ops/bench/growth.sh --help
+#
+# Knobs (environment): GROWTH_HISTORY (2000000; the full run is 50000000, about 20 GB and an hour
+# of loading), GROWTH_DURATION (15 s per growth row), GROWTH_CONCURRENCY (64), GROWTH_SKUS
+# (10000), GROWTH_PARTITIONS (16), GROWTH_SHARED_BUFFERS (256MB), GROWTH_HORIZON_SECS (20),
+# GROWTH_STEADY_SECS (180), GROWTH_STEADY_RATE (500), GROWTH_DIR (.cluster/growth),
+# GROWTH_SKIP_BUILD=1.
+set -euo pipefail
+
+# shellcheck source=ops/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+for arg in "$@"; do
+    case "$arg" in
+        -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) die "unknown argument '$arg' (try --help)" ;;
+    esac
+done
+
+HISTORY="${GROWTH_HISTORY:-2000000}"
+DURATION="${GROWTH_DURATION:-15}"
+CONCURRENCY="${GROWTH_CONCURRENCY:-64}"
+SKUS="${GROWTH_SKUS:-10000}"
+PARTITIONS="${GROWTH_PARTITIONS:-16}"
+SHARED_BUFFERS="${GROWTH_SHARED_BUFFERS:-256MB}"
+HORIZON="${GROWTH_HORIZON_SECS:-20}"
+STEADY_SECS="${GROWTH_STEADY_SECS:-180}"
+STEADY_RATE="${GROWTH_STEADY_RATE:-500}"
+DIR="${GROWTH_DIR:-$REPO_ROOT/.cluster/growth}"
+TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+LOADTEST="$TARGET_DIR/release/loadtest"
+ALLOCATOR="$TARGET_DIR/release/allocator"
+STOCK=1000000000
+CHUNK=500000
+
+for v in HISTORY DURATION CONCURRENCY SKUS PARTITIONS HORIZON STEADY_SECS STEADY_RATE; do
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "GROWTH_$v must be a positive integer, got '${!v}'"
+done
+((STEADY_SECS >= 3 * HORIZON)) || die "GROWTH_STEADY_SECS must be at least 3 x GROWTH_HORIZON_SECS"
+((STEADY_SECS >= 60)) || die "GROWTH_STEADY_SECS must be at least 60 (with the default 60 s autovacuum naptime, 180 shows the plateau)"
+
+ALLOC_PID=""
+SERVICES_UP=""
+export CLUSTER_DIR="$DIR/cluster"
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    [[ -n "$ALLOC_PID" ]] && { kill -TERM "$ALLOC_PID" 2>/dev/null || true; wait "$ALLOC_PID" 2>/dev/null || true; }
+    [[ -n "$SERVICES_UP" ]] && { "$OPS_DIR/services.sh" down >>"$DIR/services.log" 2>&1 || warn "services down failed"; }
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ensure_packages postgresql curl jq
+PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"
+if [[ -z "${GROWTH_SKIP_BUILD:-}" ]]; then
+    step "cargo build --release -p allocator -p loadtest"
+    (cd "$REPO_ROOT" && cargo build --release -p allocator -p loadtest) || die "build failed"
+fi
+mkdir -p "$DIR"
+rm -f "$DIR"/row* "$DIR/steady.tsv" "$DIR/health.md"
+
+step "private durable PostgreSQL, shared_buffers=$SHARED_BUFFERS"
+SERVICES_UP=1
+CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 CLUSTER_DB_NAME=allocator_growth \
+    CLUSTER_PG_OPTIONS="-c shared_buffers=$SHARED_BUFFERS -c max_connections=300" \
+    "$OPS_DIR/services.sh" up >"$DIR/services.log" 2>&1 || { tail -n 20 "$DIR/services.log" >&2; die "services up failed"; }
+# shellcheck disable=SC1091
+source "$CLUSTER_DIR/env"
+psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
+PG_PORT="${DATABASE_URL##*:}"; PG_PORT="${PG_PORT%%/*}"
+STEADY_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_steady"
+
+# start_allocator URL NAME FLAGS...: one replica owning every partition of URL's cluster.
+start_allocator() {
+    local url=$1 name=$2 port
+    shift 2
+    "$ALLOCATOR" migrate --database-url "$url" --partitions "$PARTITIONS" >>"$DIR/migrate.log" 2>&1
+    port="$(free_port)"
+    RUST_LOG=warn "$ALLOCATOR" serve --database-url "$url" --listen "127.0.0.1:$port" \
+        --replica-id "growth-$name" "$@" >"$DIR/allocator-$name.log" 2>&1 &
+    ALLOC_PID=$!
+    ALLOC_URL="http://127.0.0.1:$port"
+    wait_http "$ALLOC_URL/readyz" 60 || die "allocator $name not ready"
+    until [[ "$(curl -fsS "$ALLOC_URL/v1/partitions" | jq '[.partitions[] | select(.owner_id == "growth-'"$name"'")] | length')" == "$PARTITIONS" ]]; do
+        sleep 0.2
+    done
+}
+stop_allocator() { kill -TERM "$ALLOC_PID"; wait "$ALLOC_PID" || true; ALLOC_PID=""; }
+seed() {
+    "$LOADTEST" partitions --prefix "$2" --skus "$SKUS" --partitions "$PARTITIONS" \
+        | psql_db "$1" -v stock="$STOCK" -f "$OPS_DIR/bench/seed.sql" >/dev/null
+}
+# growth_row NAME PREFIX: closed-loop uniform reserves on fresh SKUs; prints reserves/s.
+growth_row() {
+    local out="$DIR/row_$1"
+    seed "$DATABASE_URL" "$2"
+    psql_db -At "$DATABASE_URL" -c "SELECT pg_stat_reset()" >/dev/null
+    "$LOADTEST" run --target "$ALLOC_URL" --skus "$SKUS" --prefix "$2" --skew uniform \
+        --concurrency "$CONCURRENCY" --duration-secs "$DURATION" --confirm-ratio 0 --release-ratio 0 \
+        --snapshot-max 0 --progress-secs 0 --seed 42 --json-out "$out.json" >"$out.txt" 2>"$out.err" \
+        || die "$1: loadtest failed: $(tail -n 3 "$out.err")"
+    jq -e '.invariants.ok' "$out.json" >/dev/null || die "$1: invariant checks failed"
+    health "$1"
+    jq '.reserves_per_sec | floor' "$out.json"
+}
+# load_history N: N terminal reservations with random UUID ids changed within the last day, and
+# two ledger rows each (reserve, then confirm or release), on SKUs the load never uses.
+load_history() {
+    local done=0 n
+    while ((done < $1)); do
+        n=$(($1 - done < CHUNK ? $1 - done : CHUNK))
+        psql_db "$DATABASE_URL" -v n="$n" <<'SQL'
+BEGIN;
+CREATE TEMP TABLE h ON COMMIT DROP AS
+SELECT gen_random_uuid()::text AS id, 'hist-' || (g % 10000) AS sku, g % 16 AS part,
+       (ARRAY['confirmed', 'released', 'expired', 'rejected'])[1 + g % 4] AS status,
+       now() - random() * interval '1 day' AS at
+  FROM generate_series(1, :n) AS g;
+INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch, ttl_seconds,
+                          request_fingerprint, created_at, updated_at)
+SELECT id, sku, part, 1, status, 1, 900, sku || '/1/900', at, at FROM h;
+INSERT INTO ledger (sku, partition, kind, reservation_id, d_on_hand, d_available, d_held,
+                    d_confirmed, epoch, recorded_at)
+SELECT sku, part, 'reserve', id, 0, -1, 1, 0, 1, at FROM h WHERE status <> 'rejected'
+UNION ALL
+SELECT sku, part, CASE status WHEN 'confirmed' THEN 'confirm' WHEN 'released' THEN 'release'
+                              ELSE 'expire' END,
+       id, 0, CASE status WHEN 'confirmed' THEN 0 ELSE 1 END, -1,
+       CASE status WHEN 'confirmed' THEN 1 ELSE 0 END, 1, at
+  FROM h WHERE status <> 'rejected';
+COMMIT;
+SQL
+        done=$((done + n))
+        info "history: $done / $1"
+    done
+    psql_db "$DATABASE_URL" -c "VACUUM ANALYZE reservations" -c "VACUUM ANALYZE ledger" -c "CHECKPOINT"
+}
+# health ROW: the hot tables' updates, HOT ratio and dead tuples since the row began (the
+# database's statistics are reset before each growth row), one Markdown line each.
+health() {
+    sleep 1 # statistics reach the collector at the end of each transaction, within a second
+    psql_db -At -F $'\t' "$DATABASE_URL" -c "SELECT s.relname, n_tup_ins, n_tup_upd, n_tup_hot_upd,
+            round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1), 1), n_live_tup, n_dead_tup,
+            autovacuum_count, coalesce(array_to_string(c.reloptions, ' '), 'defaults')
+       FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
+      WHERE s.relname IN ('inventory', 'leases', 'reservations') ORDER BY s.relname" \
+        | awk -F '\t' -v row="$1" '{ printf "| %s | %s | %s | %s | %s | %s %% | %s | %s | %s | %s |\n", row, $1, $2, $3, $4, $5, $6, $7, $8, $9 }' >>"$DIR/health.md"
+}
+size_of() { psql_db -At "$1" -c "SELECT pg_size_pretty(pg_database_size(current_database()))"; }
+
+step "growth: uniform reserves, empty cluster"
+start_allocator "$DATABASE_URL" growth
+EMPTY="$(growth_row empty e)"
+[[ -n "$EMPTY" ]] || die "the empty row failed"
+info "empty: $EMPTY reserves/s"
+stop_allocator
+step "growth: loading $HISTORY historical reservations and their ledger rows"
+load_history "$HISTORY"
+HISTORY_SIZE="$(size_of "$DATABASE_URL")"
+start_allocator "$DATABASE_URL" growth
+step "growth: uniform reserves, $HISTORY reservations of history ($HISTORY_SIZE)"
+LOADED="$(growth_row history h)"
+[[ -n "$LOADED" ]] || die "the history row failed"
+info "history: $LOADED reserves/s"
+stop_allocator
+
+step "steady: horizon ${HORIZON}s, $STEADY_RATE reserves/s for ${STEADY_SECS}s"
+"$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_steady
+start_allocator "$STEADY_URL" steady --idempotency-horizon-secs "$HORIZON"
+seed "$STEADY_URL" s
+"$LOADTEST" run --target "$ALLOC_URL" --skus "$SKUS" --prefix s --skew uniform --rate "$STEADY_RATE" \
+    --duration-secs "$STEADY_SECS" --confirm-ratio 0.5 --release-ratio 0.3 --ttl-seconds 5 \
+    --snapshot-max 0 --progress-secs 0 --seed 7 --json-out "$DIR/row_steady.json" \
+    >"$DIR/row_steady.txt" 2>"$DIR/row_steady.err" &
+LOAD_PID=$!
+printf 'second\treservations_bytes\treservations_live\treservations_dead\tdatabase_bytes\n' >"$DIR/steady.tsv"
+for ((t = 10; t <= STEADY_SECS; t += 10)); do
+    sleep 10
+    printf '%s\t%s\n' "$t" "$(psql_db -At -F $'\t' "$STEADY_URL" -c "SELECT pg_total_relation_size('reservations'),
+        (SELECT count(*) FROM reservations),
+        (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'reservations'),
+        pg_database_size(current_database())")" >>"$DIR/steady.tsv"
+done
+# loadtest reads its holds back at the end and expects every id to be kept; a horizon shorter
+# than the run removes them by design, so only its failing to run at all counts here.
+wait "$LOAD_PID" || true
+[[ -s "$DIR/row_steady.json" ]] || die "steady load failed: $(tail -n 3 "$DIR/row_steady.err")"
+REMOVED="$(curl -fsS "$ALLOC_URL/metrics" | awk '/^allocator_retention_removed_total\{table="reservations"\}/ { print $2 }')"
+stop_allocator
+
+# --- report --------------------------------------------------------------------------------------
+{
+    echo "| run | figure |"
+    echo "| --- | --- |"
+    echo "| uniform reserves/s, empty cluster | $EMPTY |"
+    echo "| uniform reserves/s, $HISTORY reservations of history ($HISTORY_SIZE database) | $LOADED |"
+    awk -v e="$EMPTY" -v h="$LOADED" 'BEGIN { printf "| history / empty | %.2fx |\n", h / e }'
+    awk -F '\t' -v hz="$HORIZON" '
+        NR > 1 { t[NR] = $1; b[NR] = $2; l[NR] = $3; d[NR] = $5; n = NR }
+        END {
+            # From the last third of the run: vacuum reclaims on its own cycle (autovacuum_naptime,
+            # 60 s), and the table settles at the size that holds a horizon plus one cycle.
+            for (i = 2; i <= n; i++) if (t[i] >= 2 * hz && t[i] >= t[n] * 2 / 3) { m = i; break }
+            printf "| steady, reservations at %ss / at %ss (rows) | %d / %d |\n", t[m], t[n], l[m], l[n]
+            printf "| steady, reservations table bytes at %ss / at %ss | %.2fx |\n", t[n], t[m], b[n] / b[m]
+            printf "| steady, database bytes at %ss / at %ss (the ledger is kept) | %.2fx |\n", t[n], t[m], d[n] / d[m]
+        }' "$DIR/steady.tsv"
+    echo "| steady, reservations removed past the horizon | ${REMOVED:-0} |"
+    echo
+    echo "Hot tables over each growth row (pg_stat_user_tables, reset before the row):"
+    echo
+    echo "| row | table | inserts | updates | HOT updates | HOT ratio | live | dead | autovacuums | reloptions |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    cat "$DIR/health.md"
+    echo
+    echo "Steady samples ($DIR/steady.tsv):"
+    echo
+    column -t "$DIR/steady.tsv"
+} | tee "$DIR/table.md"
