@@ -143,15 +143,30 @@ SELECT gen_random_uuid()::text AS id, 'hist-' || (g % 10000) AS sku, g % 16 AS p
 INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch, ttl_seconds,
                           request_fingerprint, created_at, updated_at)
 SELECT id, sku, part, 1, status, 1, 900, sku || '/1/900', at, at FROM h;
-INSERT INTO ledger (sku, partition, kind, reservation_id, d_on_hand, d_available, d_held,
-                    d_confirmed, epoch, recorded_at)
-SELECT sku, part, 'reserve', id, 0, -1, 1, 0, 1, at FROM h WHERE status <> 'rejected'
+-- Numbered after each partition's last position, as the fenced batch numbers its rows (the
+-- counters raised first, so they are locked); unnumbered rows would be numbered one at a time.
+CREATE TEMP TABLE hl ON COMMIT DROP AS
+SELECT sku, part, 'reserve' AS kind, id, 0 AS d_on_hand, -1 AS d_available, 1 AS d_held,
+       0 AS d_confirmed, at, 1 AS step
+  FROM h WHERE status <> 'rejected'
 UNION ALL
 SELECT sku, part, CASE status WHEN 'confirmed' THEN 'confirm' WHEN 'released' THEN 'release'
                               ELSE 'expire' END,
        id, 0, CASE status WHEN 'confirmed' THEN 0 ELSE 1 END, -1,
-       CASE status WHEN 'confirmed' THEN 1 ELSE 0 END, 1, at
+       CASE status WHEN 'confirmed' THEN 1 ELSE 0 END, at, 2
   FROM h WHERE status <> 'rejected';
+INSERT INTO ledger_positions (partition, last_position)
+SELECT DISTINCT part, 0 FROM hl ON CONFLICT (partition) DO NOTHING;
+WITH n AS (SELECT part, count(*) AS rows FROM hl GROUP BY part),
+bump AS (
+    UPDATE ledger_positions AS p SET last_position = p.last_position + n.rows
+      FROM n WHERE p.partition = n.part
+    RETURNING p.partition, p.last_position - n.rows AS base)
+INSERT INTO ledger (sku, partition, kind, reservation_id, d_on_hand, d_available, d_held,
+                    d_confirmed, epoch, recorded_at, position)
+SELECT hl.sku, hl.part, hl.kind, hl.id, hl.d_on_hand, hl.d_available, hl.d_held, hl.d_confirmed,
+       1, hl.at, bump.base + row_number() OVER (PARTITION BY hl.part ORDER BY hl.at, hl.id, hl.step)
+  FROM hl JOIN bump ON bump.partition = hl.part;
 COMMIT;
 SQL
         done=$((done + n))

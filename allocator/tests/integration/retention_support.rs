@@ -59,11 +59,19 @@ pub(crate) async fn seed_history(db: &str, terminal: i64, held: i64) {
     .await
     .expect("seed reservations");
     c.execute(
-        "INSERT INTO ledger (sku, partition, kind, reservation_id, d_on_hand, d_available,
-                             d_held, d_confirmed, epoch, recorded_at)
-         SELECT $1, 0, k.kind, 'old-' || g, 0, k.d, -k.d, 0, 1, now() - interval '1 hour'
-           FROM generate_series(1, $2::bigint) AS g,
-                (VALUES ('reserve', -1), ('release', 1)) AS k(kind, d)",
+        // Numbered after the partition's last position as the fenced batch numbers its rows
+        // (the counter raised first, so it is locked); a writer that leaves `position` empty is
+        // numbered one row at a time.
+        "WITH bump AS (
+             UPDATE ledger_positions SET last_position = last_position + 2 * $2::bigint
+              WHERE partition = 0
+             RETURNING last_position - 2 * $2::bigint AS base)
+         INSERT INTO ledger (sku, partition, kind, reservation_id, d_on_hand, d_available,
+                             d_held, d_confirmed, epoch, recorded_at, position)
+         SELECT $1, 0, k.kind, 'old-' || g, 0, k.d, -k.d, 0, 1, now() - interval '1 hour',
+                bump.base + 2 * (g - 1) + k.n
+           FROM bump, generate_series(1, $2::bigint) AS g,
+                (VALUES ('reserve', -1, 1), ('release', 1, 2)) AS k(kind, d, n)",
         &[&GHOST, &terminal],
     )
     .await
