@@ -24,6 +24,7 @@ use std::time::Duration;
 use crate::error::describe;
 use crate::metrics as m;
 use crate::singleton::{Routine, Step};
+use store::Kept;
 
 const JOB: &str = "retention";
 /// The job lease's name.
@@ -97,28 +98,18 @@ impl Routine for Retention {
         let s = &self.0;
         let batch = s.batch as i64;
         let mut full = false;
-        for (table, removed) in [("reservations", true), ("orders", false)] {
-            let result = if removed {
-                store::remove_reservations(
-                    client,
-                    RETENTION_LEASE,
-                    &s.holder_id,
-                    term,
-                    s.horizon,
-                    batch,
-                )
-                .await
-            } else {
-                store::remove_orders(
-                    client,
-                    RETENTION_LEASE,
-                    &s.holder_id,
-                    term,
-                    s.horizon,
-                    batch,
-                )
-                .await
-            };
+        for kept in Kept::ALL {
+            let table = kept.table();
+            let result = store::remove_past_horizon(
+                client,
+                kept,
+                RETENTION_LEASE,
+                &s.holder_id,
+                term,
+                s.horizon,
+                batch,
+            )
+            .await;
             match result {
                 Ok(r) if r.fenced => {
                     metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "stale_term")

@@ -32,17 +32,57 @@ const FENCE: &str = "fence AS (
       WHERE name = $1 AND holder_id = $2 AND epoch = $3 AND expires_at > now()
         FOR KEY SHARE)";
 
-/// Remove up to `batch` terminal reservations whose last transition is older than `horizon`.
-/// A `held` reservation is never removed, however old.
-pub async fn remove_reservations<C: GenericClient>(
+/// A table the job removes rows from, in the order it works through them: reservations first,
+/// since an order waits for its lines anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    Reservations,
+    Orders,
+}
+
+impl Kept {
+    pub const ALL: [Kept; 2] = [Kept::Reservations, Kept::Orders];
+
+    /// The table's name, also the `table` label of its metrics.
+    pub fn table(self) -> &'static str {
+        match self {
+            Kept::Reservations => "reservations",
+            Kept::Orders => "orders",
+        }
+    }
+
+    fn statement(self) -> String {
+        match self {
+            Kept::Reservations => reservations_statement(),
+            Kept::Orders => orders_statement(),
+        }
+    }
+}
+
+/// Remove up to `batch` rows of `kept` past `horizon` (see the statements), under the job's fence.
+pub async fn remove_past_horizon<C: GenericClient>(
     client: &C,
+    kept: Kept,
     lease: &str,
     holder_id: &str,
     term: i64,
     horizon: Duration,
     batch: i64,
 ) -> Result<Removed, tokio_postgres::Error> {
-    let sql = format!(
+    let horizon_ms = horizon.as_millis() as i64;
+    let row = client
+        .query_one(
+            &kept.statement(),
+            &[&lease, &holder_id, &term, &horizon_ms, &batch],
+        )
+        .await?;
+    Ok(removed(&row))
+}
+
+/// Up to `$5` terminal reservations whose last transition is older than the horizon. A `held`
+/// reservation is never removed, however old.
+fn reservations_statement() -> String {
+    format!(
         "WITH {FENCE},
          victims AS (
              SELECT ctid FROM reservations
@@ -57,34 +97,13 @@ pub async fn remove_reservations<C: GenericClient>(
               WHERE ctid = ANY (ARRAY(SELECT ctid FROM victims)) AND status <> 'held'
           RETURNING 1)
          SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM gone)"
-    );
-    let row = client
-        .query_one(
-            &sql,
-            &[
-                &lease,
-                &holder_id,
-                &term,
-                &(horizon.as_millis() as i64),
-                &batch,
-            ],
-        )
-        .await?;
-    Ok(removed(&row))
+    )
 }
 
-/// Remove up to `batch` finished orders (`placed`, `failed`, `refused`) decided longer than
-/// `horizon` ago and none of whose line reservations is left (in either line-id form), so an
+/// Up to `$5` finished orders (`placed`, `failed`, `refused`) decided longer than the horizon ago and none of whose line reservations is left (in either line-id form), so an
 /// order goes only after its lines: while a line is kept, a resubmission still replays.
-pub async fn remove_orders<C: GenericClient>(
-    client: &C,
-    lease: &str,
-    holder_id: &str,
-    term: i64,
-    horizon: Duration,
-    batch: i64,
-) -> Result<Removed, tokio_postgres::Error> {
-    let sql = format!(
+fn orders_statement() -> String {
+    format!(
         "WITH {FENCE},
          victims AS (
              SELECT o.ctid FROM orders AS o
@@ -106,20 +125,7 @@ pub async fn remove_orders<C: GenericClient>(
               WHERE ctid = ANY (ARRAY(SELECT ctid FROM victims)) AND status <> 'pending'
           RETURNING 1)
          SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM gone)"
-    );
-    let row = client
-        .query_one(
-            &sql,
-            &[
-                &lease,
-                &holder_id,
-                &term,
-                &(horizon.as_millis() as i64),
-                &batch,
-            ],
-        )
-        .await?;
-    Ok(removed(&row))
+    )
 }
 
 /// The tables whose health is exported: the hot ones and the ones that grow with history.
