@@ -154,15 +154,20 @@ impl<W: Routine> Job<W> {
     fn lose(&self, cause: LossCause) {
         let mut lease = self.lease.lock().expect("job lease lock");
         if let Some(term) = lease.epoch() {
-            tracing::warn!(
-                job = self.name(),
-                term,
-                cause = cause.as_str(),
-                "job lease lost"
-            );
             *lease = LeaseState::NotHeld;
-            metrics::gauge!(m::JOB_LEADER, "job" => self.name()).set(0.0);
+            self.report_loss(term, cause);
         }
+    }
+
+    /// Log and export that this replica no longer runs the job.
+    fn report_loss(&self, term: i64, cause: LossCause) {
+        tracing::warn!(
+            job = self.name(),
+            term,
+            cause = cause.as_str(),
+            "job lease lost"
+        );
+        metrics::gauge!(m::JOB_LEADER, "job" => self.name()).set(0.0);
     }
 
     fn jittered_campaign(&self) -> Duration {
@@ -293,13 +298,7 @@ impl<W: Routine> Job<W> {
                     lost.zip(term)
                 };
                 if let Some((cause, term)) = lost {
-                    tracing::warn!(
-                        job = self.name(),
-                        term,
-                        cause = cause.as_str(),
-                        "job lease lost"
-                    );
-                    metrics::gauge!(m::JOB_LEADER, "job" => self.name()).set(0.0);
+                    self.report_loss(term, cause);
                 }
             },
         )
