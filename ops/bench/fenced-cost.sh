@@ -61,19 +61,8 @@ for v in DURATION CONCURRENCY SKUS PARTITIONS; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "COST_$v must be a positive integer, got '${!v}'"
 done
 
-ALLOC_PID=""
-SERVICES_UP=""
-export CLUSTER_DIR="$DIR/cluster"
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    [[ -n "$ALLOC_PID" ]] && { kill -TERM "$ALLOC_PID" 2>/dev/null || true; wait "$ALLOC_PID" 2>/dev/null || true; }
-    [[ -n "$SERVICES_UP" ]] && { "$OPS_DIR/services.sh" down >>"$DIR/services.log" 2>&1 || warn "services down failed"; }
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=ops/bench/lib.sh
+source "$OPS_DIR/bench/lib.sh"
 
 ensure_packages postgresql curl jq
 PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"
@@ -86,14 +75,8 @@ mkdir -p "$DIR"
 rm -f "$DIR"/row* "$DIR/table.md"
 
 step "private durable PostgreSQL with pg_stat_statements"
-SERVICES_UP=1
-CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 CLUSTER_DB_NAME=allocator_cost \
-    CLUSTER_PG_OPTIONS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top -c pg_stat_statements.track_planning=on -c max_connections=300" \
-    "$OPS_DIR/services.sh" up >"$DIR/services.log" 2>&1 || { tail -n 20 "$DIR/services.log" >&2; die "services up failed"; }
-# shellcheck disable=SC1091
-source "$CLUSTER_DIR/env"
-psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
-PG_PORT="${DATABASE_URL##*:}"; PG_PORT="${PG_PORT%%/*}"
+bench_services_up allocator_cost \
+    "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top -c pg_stat_statements.track_planning=on -c max_connections=300"
 POSTMASTER="$(head -n 1 "$(cat "$CLUSTER_DIR/services/pg.base")/data/postmaster.pid")"
 "$ALLOCATOR" migrate --database-url "$DATABASE_URL" --partitions "$PARTITIONS" >"$DIR/migrate.log" 2>&1
 psql_db "$DATABASE_URL" -c "CREATE EXTENSION pg_stat_statements"
@@ -201,19 +184,11 @@ CLIENTS=1 pgbench_row "naive uniform, 1 client" naive_reserve_uniform.sql
 
 # start_allocator NAME BIN FLAGS...: one allocator owning every partition; sets ALLOC_PID and url.
 start_allocator() {
-    local name=$1 bin=$2 port
+    local name=$1 bin=$2
     shift 2
-    port="$(free_port)"
-    RUST_LOG=warn "$bin" serve --database-url "$DATABASE_URL" --listen "127.0.0.1:$port" \
-        --replica-id "cost-$name" "$@" >>"$DIR/allocator-$name.log" 2>&1 &
-    ALLOC_PID=$!
-    url="http://127.0.0.1:$port"
-    wait_http "$url/readyz" 60 || die "allocator $name not ready"
-    until [[ "$(curl -fsS "$url/v1/partitions" | jq '[.partitions[] | select(.owner_id == "cost-'"$name"'")] | length')" == "$PARTITIONS" ]]; do
-        sleep 0.2
-    done
+    bench_start_allocator "$bin" "$DATABASE_URL" "cost-$name" "$@"
+    url="$ALLOC_URL"
 }
-stop_allocator() { kill -TERM "$ALLOC_PID"; wait "$ALLOC_PID" || true; ALLOC_PID=""; }
 
 OPEN_RATES=""
 IFS=';' read -r -a CANDIDATE_LIST <<<"$CANDIDATES"
@@ -241,7 +216,7 @@ for candidate in "${CANDIDATE_LIST[@]}"; do
     fi
     # The open-loop rows on a freshly started allocator, as at ordinary load after a start: its
     # connections have seen only small groups (PostgreSQL's plan cache decides per connection).
-    stop_allocator
+    bench_stop_allocator
     start_allocator "$name" "$bin" "${flags[@]}"
     seed "l$name" "$SKUS"
     loadtest_row "$name uniform, 1 client" "$url" "l$name" "$SKUS" uniform --concurrency 1
@@ -249,7 +224,7 @@ for candidate in "${CANDIDATE_LIST[@]}"; do
         seed "o$name$rate" "$SKUS"
         loadtest_row "$name uniform ${rate}/s" "$url" "o$name$rate" "$SKUS" uniform --rate "$rate" --max-in-flight 256
     done
-    stop_allocator
+    bench_stop_allocator
 done
 for rate in $OPEN_RATES; do
     pgbench_row "naive uniform ${rate}/s" naive_reserve_uniform.sql "$rate"

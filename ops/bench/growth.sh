@@ -60,19 +60,8 @@ done
 ((STEADY_SECS >= 3 * HORIZON)) || die "GROWTH_STEADY_SECS must be at least 3 x GROWTH_HORIZON_SECS"
 ((STEADY_SECS >= 60)) || die "GROWTH_STEADY_SECS must be at least 60 (with the default 60 s autovacuum naptime, 180 shows the plateau)"
 
-ALLOC_PID=""
-SERVICES_UP=""
-export CLUSTER_DIR="$DIR/cluster"
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    [[ -n "$ALLOC_PID" ]] && { kill -TERM "$ALLOC_PID" 2>/dev/null || true; wait "$ALLOC_PID" 2>/dev/null || true; }
-    [[ -n "$SERVICES_UP" ]] && { "$OPS_DIR/services.sh" down >>"$DIR/services.log" 2>&1 || warn "services down failed"; }
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=ops/bench/lib.sh
+source "$OPS_DIR/bench/lib.sh"
 
 ensure_packages postgresql curl jq
 PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"
@@ -84,32 +73,16 @@ mkdir -p "$DIR"
 rm -f "$DIR"/row* "$DIR/steady.tsv" "$DIR/health.md"
 
 step "private durable PostgreSQL, shared_buffers=$SHARED_BUFFERS"
-SERVICES_UP=1
-CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 CLUSTER_DB_NAME=allocator_growth \
-    CLUSTER_PG_OPTIONS="-c shared_buffers=$SHARED_BUFFERS -c max_connections=300" \
-    "$OPS_DIR/services.sh" up >"$DIR/services.log" 2>&1 || { tail -n 20 "$DIR/services.log" >&2; die "services up failed"; }
-# shellcheck disable=SC1091
-source "$CLUSTER_DIR/env"
-psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
-PG_PORT="${DATABASE_URL##*:}"; PG_PORT="${PG_PORT%%/*}"
+bench_services_up allocator_growth "-c shared_buffers=$SHARED_BUFFERS -c max_connections=300"
 STEADY_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_steady"
 
 # start_allocator URL NAME FLAGS...: one replica owning every partition of URL's cluster.
 start_allocator() {
-    local url=$1 name=$2 port
+    local url=$1 name=$2
     shift 2
     "$ALLOCATOR" migrate --database-url "$url" --partitions "$PARTITIONS" >>"$DIR/migrate.log" 2>&1
-    port="$(free_port)"
-    RUST_LOG=warn "$ALLOCATOR" serve --database-url "$url" --listen "127.0.0.1:$port" \
-        --replica-id "growth-$name" "$@" >"$DIR/allocator-$name.log" 2>&1 &
-    ALLOC_PID=$!
-    ALLOC_URL="http://127.0.0.1:$port"
-    wait_http "$ALLOC_URL/readyz" 60 || die "allocator $name not ready"
-    until [[ "$(curl -fsS "$ALLOC_URL/v1/partitions" | jq '[.partitions[] | select(.owner_id == "growth-'"$name"'")] | length')" == "$PARTITIONS" ]]; do
-        sleep 0.2
-    done
+    bench_start_allocator "$ALLOCATOR" "$url" "growth-$name" "$@"
 }
-stop_allocator() { kill -TERM "$ALLOC_PID"; wait "$ALLOC_PID" || true; ALLOC_PID=""; }
 seed() {
     "$LOADTEST" partitions --prefix "$2" --skus "$SKUS" --partitions "$PARTITIONS" \
         | psql_db "$1" -v stock="$STOCK" -f "$OPS_DIR/bench/seed.sql" >/dev/null
@@ -192,7 +165,7 @@ start_allocator "$DATABASE_URL" growth
 EMPTY="$(growth_row empty e)"
 [[ -n "$EMPTY" ]] || die "the empty row failed"
 info "empty: $EMPTY reserves/s"
-stop_allocator
+bench_stop_allocator
 step "growth: loading $HISTORY historical reservations and their ledger rows"
 load_history "$HISTORY"
 HISTORY_SIZE="$(size_of "$DATABASE_URL")"
@@ -201,7 +174,7 @@ step "growth: uniform reserves, $HISTORY reservations of history ($HISTORY_SIZE)
 LOADED="$(growth_row history h)"
 [[ -n "$LOADED" ]] || die "the history row failed"
 info "history: $LOADED reserves/s"
-stop_allocator
+bench_stop_allocator
 
 step "steady: horizon ${HORIZON}s, $STEADY_RATE reserves/s for ${STEADY_SECS}s"
 "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_steady
@@ -225,7 +198,7 @@ done
 wait "$LOAD_PID" || true
 [[ -s "$DIR/row_steady.json" ]] || die "steady load failed: $(tail -n 3 "$DIR/row_steady.err")"
 REMOVED="$(curl -fsS "$ALLOC_URL/metrics" | awk '/^allocator_retention_removed_total\{table="reservations"\}/ { print $2 }')"
-stop_allocator
+bench_stop_allocator
 
 # --- report --------------------------------------------------------------------------------------
 {
