@@ -312,9 +312,23 @@ async fn transition<R: Rng + ?Sized>(
     status
 }
 
+/// A worker's RNG seed: distinct per worker, reproducible per `--seed`.
+pub fn worker_seed(seed: u64, worker: usize) -> u64 {
+    seed ^ (worker as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worker_seeds_differ_and_are_stable() {
+        assert_eq!(worker_seed(42, 3), worker_seed(42, 3));
+        let seeds: std::collections::BTreeSet<u64> =
+            (0..1000).map(|w| worker_seed(42, w)).collect();
+        assert_eq!(seeds.len(), 1000);
+        assert_ne!(worker_seed(42, 0), worker_seed(43, 0));
+    }
 
     #[test]
     fn actions_follow_the_ratios() {

@@ -18,7 +18,7 @@ use rand::SeedableRng;
 use tokio::sync::mpsc;
 
 use crate::client::Api;
-use crate::iteration::iterate;
+use crate::iteration::{iterate, worker_seed};
 use crate::report::RunConfig;
 use crate::skew::SkuPicker;
 use crate::stats::WorkerStats;
@@ -130,7 +130,7 @@ pub async fn run_open_loop(p: OpenLoop) -> WorkerStats {
             let timeline = p.timeline.clone();
             tokio::spawn(async move {
                 let (api, c, picker) = &*shared;
-                let mut rng = StdRng::seed_from_u64(crate::run::worker_seed(c.seed, lane));
+                let mut rng = StdRng::seed_from_u64(worker_seed(c.seed, lane));
                 loop {
                     let job = rx.lock().await.recv().await;
                     let Some((i, intended)) = job else { break };

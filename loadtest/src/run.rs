@@ -15,7 +15,7 @@ use schema::wire::{Inventory, Reservation, ReservationStatus};
 use crate::check::{check_sku, shown_skus, Counts, InvariantReport};
 use crate::client::{Api, Final};
 use crate::cpu::{CpuMeter, Watch};
-use crate::iteration::{iterate, sku_name};
+use crate::iteration::{iterate, sku_name, worker_seed};
 use crate::pacer::{run_open_loop, OpenLoop};
 use crate::progress::{Progress, ProgressParams};
 use crate::report::{Report, RunConfig};
@@ -29,11 +29,6 @@ use schema::path::encode_segment;
 const EXPIRY_MARGIN_SECS: f64 = 30.0;
 /// Read-back rounds while holds keep expiring during the final reads.
 const READBACK_ROUNDS: usize = 4;
-
-/// A worker's RNG seed: distinct per worker, reproducible per `--seed`.
-pub fn worker_seed(seed: u64, worker: usize) -> u64 {
-    seed ^ (worker as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
 
 /// GET /v1/inventory/{sku} with retries: `Ok(None)` for 404.
 async fn fetch_inventory(api: &Api, sku: &str, seed: u64) -> Result<Option<Inventory>, String> {
@@ -424,14 +419,6 @@ mod tests {
             sku_index: k,
             quantity: 1,
         }
-    }
-
-    #[test]
-    fn worker_seeds_differ_and_are_stable() {
-        assert_eq!(worker_seed(42, 3), worker_seed(42, 3));
-        let seeds: BTreeSet<u64> = (0..1000).map(|w| worker_seed(42, w)).collect();
-        assert_eq!(seeds.len(), 1000);
-        assert_ne!(worker_seed(42, 0), worker_seed(43, 0));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use actix_web::ResponseError;
 
 use crate::error::AccessError;
-use crate::gate::Request;
+use crate::request::Request;
 
 /// The `target` of every audit line: route it to its own sink with `RUST_LOG`-style filters.
 pub const TARGET: &str = "audit";

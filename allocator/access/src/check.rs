@@ -8,8 +8,8 @@ use schema::routes::{self, SkuIn};
 use schema::wire::{validate, OrderRequest, ReserveRequest};
 
 use crate::error::AccessError;
-use crate::gate::Request;
 use crate::policy::{Policy, Quota};
+use crate::request::Request;
 
 /// A body still to be checked, by the route's body type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

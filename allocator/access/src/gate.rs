@@ -19,6 +19,7 @@ use crate::check::{self, BodyCheck};
 use crate::error::AccessError;
 use crate::limits::{ClientLimits, InFlight, Limited};
 use crate::policy::Policy;
+pub use crate::request::Request;
 pub use crate::settings::{Flags, MetricNames, Role, Settings};
 use crate::table::{valid_name, AuthFileError, Client, Scopes, TokenTable};
 
@@ -27,17 +28,6 @@ pub const ANONYMOUS: &str = "anonymous";
 /// The `client` label of requests whose caller could not be authenticated: not a valid client
 /// name, so it never collides with one.
 pub const UNAUTHENTICATED: &str = "(none)";
-
-/// What the gate looks at in one request.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    pub method: &'a str,
-    /// As requested.
-    pub path: &'a str,
-    /// The route template it matched, if any.
-    pub template: Option<&'a str>,
-    pub headers: &'a HeaderMap,
-}
 
 /// A request let through, and the slot it holds until it is answered.
 #[derive(Debug, Default)]

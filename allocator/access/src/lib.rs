@@ -33,6 +33,9 @@ pub mod limits;
 pub mod middleware;
 #[cfg(feature = "http")]
 pub mod reload;
+/// What the gate looks at in one request.
+#[cfg(feature = "http")]
+pub mod request;
 /// A service's access settings, role and metric names.
 pub mod settings;
 #[cfg(feature = "http")]

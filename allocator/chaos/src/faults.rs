@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -230,10 +230,10 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
             let i = rng.random_range(0..replicas);
             let offset = if rng.random_bool(0.5) { "+30s" } else { "-30s" };
             let hold = ms(rng, 5000..=8000);
-            stop_allocator(cluster, i).await?;
+            cluster.stop_allocator(i).await?;
             cluster.spawn_allocator(i, Some(offset.to_owned()))?;
             tokio::time::sleep(hold).await;
-            stop_allocator(cluster, i).await?;
+            cluster.stop_allocator(i).await?;
             cluster.spawn_allocator(i, None)?;
             (
                 cluster.allocators[i].id.clone(),
@@ -298,20 +298,5 @@ async fn kill_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
         .context("allocator not running")?;
     p.sigkill()?;
     p.wait_exit(Duration::from_secs(10)).await?;
-    Ok(())
-}
-
-/// Graceful stop (SIGTERM, releases its leases); SIGKILL if it does not exit in time.
-pub(crate) async fn stop_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {
-    let a = &mut cluster.allocators[i];
-    let p = a.process.as_mut().context("allocator not running")?;
-    if p.try_exit_status()?.is_some() {
-        bail!("{} exited on its own:\n{}", a.id, p.log_tail(20));
-    }
-    p.sigterm()?;
-    if p.wait_exit(Duration::from_secs(10)).await.is_err() {
-        p.sigkill()?;
-        p.wait_exit(Duration::from_secs(10)).await?;
-    }
     Ok(())
 }

@@ -6,8 +6,8 @@
 //! refusal. Whatever the outcome, the answer carries the SKU's stock after the adjustment, as
 //! stored with it.
 
+use super::answer::AnswerRow;
 use super::command::Command;
-use super::driver::AnswerRow;
 use super::fence::{malformed, FencedError};
 use schema::wire::Adjustment;
 

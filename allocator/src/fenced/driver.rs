@@ -4,14 +4,14 @@
 //! and decoding its one-row-per-command answer back into [`Outcome`]s. Either way one statement
 //! commits, so the group's answers are those of one transaction.
 
-use chrono::{DateTime, Utc};
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::Row;
 
 use super::adjustments::adjustment_from_answer;
+use super::answer::AnswerRow;
 use super::command::{Command, Outcome};
 use super::fast;
-use super::fence::{malformed, Fence, FencedError};
+use super::fence::{malformed, Fence, FencedError, PartitionBatch};
 use super::reservations::{reservation_from_answer, status_from_stored};
 use crate::error::SQLSTATE_CONCURRENT_ID;
 use crate::metrics as m;
@@ -29,13 +29,6 @@ const APPLY_UNFENCED: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sk
 /// How often a batch is re-run when a new id it wanted to insert was inserted concurrently by
 /// another partition's owner (the id then replays, so a second attempt settles it).
 const CONCURRENT_ID_ATTEMPTS: usize = 3;
-
-/// One partition's share of a group: its fence and its commands in arrival order.
-#[derive(Debug, Clone, Copy)]
-pub struct PartitionBatch<'a> {
-    pub fence: &'a Fence,
-    pub commands: &'a [Command],
-}
 
 /// Run `commands` for `fence.token.partition` as one fenced statement; one outcome per command,
 /// in order. Either all effects commit under a still-valid epoch or none does.
@@ -184,48 +177,6 @@ impl<'a> Arrays<'a> {
             }
         }
         a
-    }
-}
-
-/// One row of the batch function's answer, by column name; which columns are set depends on
-/// the result (see the comment on `apply_fenced_batch` in the migration).
-pub(super) struct AnswerRow<'a>(&'a Row);
-
-impl AnswerRow<'_> {
-    fn result(&self) -> String {
-        self.0.get(1)
-    }
-    fn replayed(&self) -> bool {
-        self.0.get(2)
-    }
-    pub(super) fn status(&self) -> String {
-        self.0.get(3)
-    }
-    pub(super) fn sku(&self) -> String {
-        self.0.get(4)
-    }
-    /// A reservation's quantity, an adjustment's delta, or a sweep's count.
-    pub(super) fn quantity(&self) -> Option<i64> {
-        self.0.get(5)
-    }
-    pub(super) fn expires_at(&self) -> Option<DateTime<Utc>> {
-        self.0.get(6)
-    }
-    /// The epoch that wrote the answer; for a stale fence, the lease's current epoch.
-    pub(super) fn epoch(&self) -> Option<i64> {
-        self.0.get(7)
-    }
-    pub(super) fn partition(&self) -> i32 {
-        self.0.get(8)
-    }
-    pub(super) fn available(&self) -> i64 {
-        self.0.get::<_, Option<i64>>(9).unwrap_or(0)
-    }
-    pub(super) fn on_hand(&self) -> i64 {
-        self.0.get::<_, Option<i64>>(10).unwrap_or(0)
-    }
-    fn detail(&self) -> String {
-        self.0.get::<_, Option<String>>(11).unwrap_or_default()
     }
 }
 

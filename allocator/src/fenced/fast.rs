@@ -33,7 +33,7 @@ use deadpool_postgres::ClientWrapper;
 use tokio_postgres::error::SqlState;
 
 use super::command::{Command, Outcome};
-use super::driver::PartitionBatch;
+use super::fence::PartitionBatch;
 use super::fence::{malformed, FencedError};
 use crate::error::SQLSTATE_FAST_PATH_ABORTED;
 use schema::wire::{Reservation, ReservationStatus};

@@ -1,5 +1,6 @@
 //! The fence a transaction runs under, and how a fenced transaction can fail.
 
+use super::command::Command;
 use crate::error::{classify, DbFailure};
 use crate::lease::FenceToken;
 
@@ -69,4 +70,11 @@ impl FencedError {
 
 pub(super) fn malformed(what: impl Into<String>) -> FencedError {
     FencedError::Malformed(what.into())
+}
+
+/// One partition's share of a group: its fence and its commands in arrival order.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionBatch<'a> {
+    pub fence: &'a Fence,
+    pub commands: &'a [Command],
 }

@@ -40,6 +40,7 @@
 //! schedules; the batch also expires any overdue hold it touches before acting on it.
 
 mod adjustments;
+mod answer;
 pub mod command;
 pub mod driver;
 pub mod fast;
@@ -48,7 +49,7 @@ pub mod ledger;
 pub mod reservations;
 
 pub use command::{Command, Outcome};
-pub use driver::{apply_function, apply_group, fenced_transaction, PartitionBatch};
-pub use fence::{Fence, FencedError};
+pub use driver::{apply_function, apply_group, fenced_transaction};
+pub use fence::{Fence, FencedError, PartitionBatch};
 pub use ledger::StockDelta;
 pub use reservations::{read_reservation, ReadError, ReservationRecord};

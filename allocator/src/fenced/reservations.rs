@@ -10,8 +10,8 @@
 use chrono::{DateTime, Utc};
 use tokio_postgres::GenericClient;
 
+use super::answer::AnswerRow;
 use super::command::Command;
-use super::driver::AnswerRow;
 use super::fence::{malformed, FencedError};
 use schema::wire::{Reservation, ReservationStatus};
 

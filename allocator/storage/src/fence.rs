@@ -4,7 +4,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
 use tokio_postgres::config::Host;
 use tokio_postgres::{Config, NoTls};
 
@@ -178,22 +177,6 @@ impl StorageFence {
             }
         });
         futures::future::join_all(rounds).await
-    }
-
-    /// Probes every host each `probe_interval` until `stop` resolves, keeping one session per
-    /// host; sets the stale-server and replication gauges and logs each host's verdict when it
-    /// changes.
-    pub fn spawn_prober(
-        self: &Arc<Self>,
-        stop: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> JoinHandle<()> {
-        let fence = self.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = stop => {}
-                _ = crate::probe::run(fence) => {}
-            }
-        })
     }
 
     pub(crate) fn host_list(&self) -> &[(String, Config)] {

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls};
 
 use crate::fence::StorageFence;
@@ -25,7 +26,25 @@ enum Seen {
     Is(Verdict),
 }
 
-pub(crate) async fn run(fence: Arc<StorageFence>) {
+impl StorageFence {
+    /// Probes every host each `probe_interval` until `stop` resolves, keeping one session per
+    /// host; sets the stale-server and replication gauges and logs each host's verdict when it
+    /// changes.
+    pub fn spawn_prober(
+        self: &Arc<Self>,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        let fence = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop => {}
+                _ = run(fence) => {}
+            }
+        })
+    }
+}
+
+async fn run(fence: Arc<StorageFence>) {
     let hosts = fence.host_list().to_vec();
     let settings = fence.settings().clone();
     let mut sessions: Vec<Option<Client>> = hosts.iter().map(|_| None).collect();
