@@ -115,12 +115,15 @@ fn not_placed(
             ));
             continue;
         }
+        // The answer's arrival is recorded in whole milliseconds (truncated), the give-back in
+        // microseconds: only a give-back from the next millisecond on is surely after it.
         if let Some(ms) = answered_ms {
-            if let Some(late) = back.iter().find(|r| r.written_us > ms * 1000) {
+            let surely_after_us = (ms + 1) * 1000;
+            if let Some(late) = back.iter().find(|r| r.written_us >= surely_after_us) {
                 found.push(format!(
-                    "order {order} not placed but line {id} was held until its {} {} ms after the answer",
+                    "order {order} not placed but line {id} was held until its {} {} µs after the answer's millisecond",
                     late.kind,
-                    (late.written_us - ms * 1000) / 1000
+                    late.written_us - surely_after_us
                 ));
             }
         }
@@ -187,6 +190,19 @@ mod tests {
     fn fires_for_a_hold_given_back_only_after_the_refusal() {
         // Answered 409 at t=2 ms; line 0 expired at t=5 ms: held while the client was told not.
         let (mut history, mut dump) = with_line("o1:0", Some(("expire", 5000)));
+        history.push(order_op("o1", Some(409), 2));
+        dump.orders
+            .insert("o1".into(), order("failed", &[("a", 1), ("a", 1)]));
+        only(&check(&history, &dump), "order-atomicity");
+        // Released within the millisecond the answer arrived in (recorded truncated, as 2 ms):
+        // not surely after it.
+        let (mut history, mut dump) = with_line("o1:0", Some(("release", 2600)));
+        history.push(order_op("o1", Some(409), 2));
+        dump.orders
+            .insert("o1".into(), order("failed", &[("a", 1), ("a", 1)]));
+        passes(&history, &dump);
+        // Released from the next millisecond on: after the answer.
+        let (mut history, mut dump) = with_line("o1:0", Some(("release", 3000)));
         history.push(order_op("o1", Some(409), 2));
         dump.orders
             .insert("o1".into(), order("failed", &[("a", 1), ("a", 1)]));
