@@ -9,7 +9,7 @@
 #   compose.yaml    check-jsonschema against its bundled compose-spec schema, plus: every bind
 #                   mount's source exists
 #   both            every ALLOCATOR_*, ROUTER_*, DATABASE_URL, REDIS_URL variable they set is the
-#                   `env = "..."` of a flag in allocator/src/config.rs or router/src/config.rs
+#                   `env = "..."` of a flag in allocator/src or router/src
 #   grafana/        the provisioning files parse as YAML with the expected top-level keys
 #
 # The Prometheus configs are checked by promtool in ops/test.sh. VALIDATORS_BIN_DIR is the bin
@@ -54,8 +54,9 @@ yaml = YAML(typ="safe")
 failures = []
 
 known = set()
-for config in ("allocator/src/config.rs", "router/src/config.rs"):
-    known |= set(re.findall(r'env\s*=\s*"([A-Z0-9_]+)"', (root / config).read_text()))
+for service in ("allocator", "router"):
+    for source in sorted((root / service / "src").rglob("*.rs")):
+        known |= set(re.findall(r'env\s*=\s*"([A-Z0-9_]+)"', source.read_text()))
 if not known:
     failures.append("no env = \"...\" found in the config sources")
 checked = re.compile(r"^(ALLOCATOR_|ROUTER_)[A-Z0-9_]+$|^(DATABASE_URL|REDIS_URL)$")

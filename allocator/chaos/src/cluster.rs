@@ -103,22 +103,6 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Graceful stop of allocator `i` (SIGTERM, releases its leases); SIGKILL if it does not
-    /// exit in time.
-    pub(crate) async fn stop_allocator(&mut self, i: usize) -> Result<()> {
-        let a = &mut self.allocators[i];
-        let p = a.process.as_mut().context("allocator not running")?;
-        if p.try_exit_status()?.is_some() {
-            bail!("{} exited on its own:\n{}", a.id, p.log_tail(20));
-        }
-        p.sigterm()?;
-        if p.wait_exit(Duration::from_secs(10)).await.is_err() {
-            p.sigkill()?;
-            p.wait_exit(Duration::from_secs(10)).await?;
-        }
-        Ok(())
-    }
-
     /// Starts everything and waits until every partition has an owner and both routers answer.
     pub async fn start(spec: ClusterSpec, replicas: usize, routers: usize) -> Result<Cluster> {
         std::fs::create_dir_all(&spec.log_dir)

@@ -19,6 +19,7 @@ use testkit::ProxyMode;
 
 use crate::cluster::{Cluster, LEASE_TTL_MS};
 use crate::history::{Clock, JsonLines};
+use crate::replicas::stop_allocator;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
@@ -230,10 +231,10 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
             let i = rng.random_range(0..replicas);
             let offset = if rng.random_bool(0.5) { "+30s" } else { "-30s" };
             let hold = ms(rng, 5000..=8000);
-            cluster.stop_allocator(i).await?;
+            stop_allocator(cluster, i).await?;
             cluster.spawn_allocator(i, Some(offset.to_owned()))?;
             tokio::time::sleep(hold).await;
-            cluster.stop_allocator(i).await?;
+            stop_allocator(cluster, i).await?;
             cluster.spawn_allocator(i, None)?;
             (
                 cluster.allocators[i].id.clone(),

@@ -10,6 +10,7 @@
 mod cluster;
 mod faults;
 mod history;
+mod replicas;
 mod tokens;
 mod window_change;
 mod workload;

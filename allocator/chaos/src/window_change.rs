@@ -11,6 +11,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use crate::cluster::Cluster;
+use crate::replicas::stop_allocator;
 
 /// Window lengths (seconds) the cluster may be rolled to.
 const WINDOWS: [u64; 4] = [2, 3, 5, 8];
@@ -24,7 +25,7 @@ pub async fn inject(cluster: &mut Cluster, rng: &mut StdRng) -> Result<(String, 
     let choices: Vec<u64> = WINDOWS.into_iter().filter(|w| *w != was).collect();
     let window = choices[rng.random_range(0..choices.len())];
     for i in 0..cluster.allocators.len() {
-        cluster.stop_allocator(i).await?;
+        stop_allocator(cluster, i).await?;
         cluster.allocators[i].settlement_window_secs = window;
         let skew = cluster.allocators[i].skew.clone();
         cluster.spawn_allocator(i, skew)?;

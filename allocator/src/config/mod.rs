@@ -17,6 +17,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::lease::state::{MIN_RENEW_ATTEMPT, RENEW_ATTEMPTS};
 
+mod flags;
+use flags::*;
+
 /// Shortest hold-expiry sweep period: sweeping more often only spends transactions.
 pub const EXPIRY_INTERVAL_MIN: Duration = Duration::from_millis(10);
 
@@ -241,52 +244,6 @@ pub struct AllocatorConfig {
     pub tls: Option<access::tls::ServerTlsSettings>,
 }
 
-/// A flag and the environment variable that sets it, for error messages.
-struct Flag {
-    flag: &'static str,
-    env: &'static str,
-}
-
-impl std::fmt::Display for Flag {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "--{} ({})", self.flag, self.env)
-    }
-}
-
-const fn flag(flag: &'static str, env: &'static str) -> Flag {
-    Flag { flag, env }
-}
-
-const LEASE_TTL: Flag = flag("lease-ttl-ms", "ALLOCATOR_LEASE_TTL_MS");
-const RENEW_INTERVAL: Flag = flag("renew-interval-ms", "ALLOCATOR_RENEW_INTERVAL_MS");
-const LEASE_MARGIN: Flag = flag("lease-margin-ms", "ALLOCATOR_LEASE_MARGIN_MS");
-const CAMPAIGN_INTERVAL: Flag = flag("campaign-interval-ms", "ALLOCATOR_CAMPAIGN_INTERVAL_MS");
-const POOL_SIZE: Flag = flag("pool-size", "ALLOCATOR_POOL_SIZE");
-const POOL_WAIT: Flag = flag("pool-wait-ms", "ALLOCATOR_POOL_WAIT_MS");
-const STATEMENT_TIMEOUT: Flag = flag("statement-timeout-ms", "ALLOCATOR_STATEMENT_TIMEOUT_MS");
-const IDLE_IN_TX_TIMEOUT: Flag = flag(
-    "idle-in-transaction-timeout-ms",
-    "ALLOCATOR_IDLE_IN_TX_TIMEOUT_MS",
-);
-const LOCK_TIMEOUT: Flag = flag("lock-timeout-ms", "ALLOCATOR_LOCK_TIMEOUT_MS");
-const COMMIT_LANES: Flag = flag("commit-lanes", "ALLOCATOR_COMMIT_LANES");
-const GROUP_MAX_PARTITIONS: Flag = flag("group-max-partitions", "ALLOCATOR_GROUP_MAX_PARTITIONS");
-const BATCH_MAX: Flag = flag("batch-max", "ALLOCATOR_BATCH_MAX");
-const QUEUE_CAPACITY: Flag = flag("queue-capacity", "ALLOCATOR_QUEUE_CAPACITY");
-const REQUEST_TIMEOUT: Flag = flag("request-timeout-ms", "ALLOCATOR_REQUEST_TIMEOUT_MS");
-const EXPIRY_INTERVAL: Flag = flag("expiry-interval-ms", "ALLOCATOR_EXPIRY_INTERVAL_MS");
-const EXPIRY_BATCH: Flag = flag("expiry-batch", "ALLOCATOR_EXPIRY_BATCH");
-const HTTP_WORKERS: Flag = flag("http-workers", "ALLOCATOR_HTTP_WORKERS");
-const REPLICA_ID: Flag = flag("replica-id", "ALLOCATOR_REPLICA_ID");
-const SETTLEMENT_WINDOW: Flag = flag("settlement-window-secs", "ALLOCATOR_SETTLEMENT_WINDOW_SECS");
-const SETTLEMENT_GRACE: Flag = flag("settlement-grace-ms", "ALLOCATOR_SETTLEMENT_GRACE_MS");
-const IDEMPOTENCY_HORIZON: Flag = flag(
-    "idempotency-horizon-secs",
-    "ALLOCATOR_IDEMPOTENCY_HORIZON_SECS",
-);
-const RETENTION_BATCH: Flag = flag("retention-batch", "ALLOCATOR_RETENTION_BATCH");
-const CLIENT_CONCURRENCY: Flag = flag("client-concurrency", "ALLOCATOR_CLIENT_CONCURRENCY");
-
 /// The access flags, for refusals.
 pub const ACCESS_FLAGS: access::Flags = access::Flags {
     auth_file: "--auth-file (ALLOCATOR_AUTH_FILE)",
@@ -462,5 +419,4 @@ impl AllocatorConfig {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;
