@@ -13,13 +13,13 @@ use crate::api::{self, AppState};
 use crate::clock::SystemClock;
 use crate::commit::{CommitSettings, Committer};
 use crate::config::AllocatorConfig;
-use crate::db::{build_fenced_pool, PoolSettings};
 use crate::events::{self, RelaySettings};
-use crate::hints::HintPublisher;
+use crate::hint_publisher::HintPublisher;
 use crate::lease::state::LeaseTiming;
 use crate::replica::manager::{LeaseManager, ManagerSettings};
 use crate::replica::ownership::Ownership;
 use crate::retention::{Retention, RetentionSettings};
+use crate::sessions::{build_fenced_pool, PoolSettings};
 use crate::settlement::{Settlement, SettlementSettings};
 use crate::singleton::{self, JobSettings};
 use crate::worker::WorkerContext;
@@ -77,13 +77,13 @@ impl Application {
             statement_timeout: config.statement_timeout,
             idle_in_transaction_timeout: config.idle_in_transaction_timeout,
             lock_timeout: config.lock_timeout,
-            connect_timeout: crate::db::CONNECT_TIMEOUT,
+            connect_timeout: crate::sessions::CONNECT_TIMEOUT,
             application_name: format!("allocator:{}", config.replica_id),
         };
         // Before any pool connects: read every configured host, so that the first connection
         // already knows the newest primary (DESIGN.md §13).
         let fence: std::sync::Arc<StorageFence> =
-            crate::db::fence(&config.database_url, &pool_settings.application_name)?;
+            crate::sessions::fence(&config.database_url, &pool_settings.application_name)?;
         fence.probe_all().await;
         let pool = build_fenced_pool(&fence, &pool_settings)?;
         // Lease statements must never wait long for a lock held by a paused peer's transaction:
@@ -94,7 +94,7 @@ impl Application {
                 size: 4,
                 wait: timing.renew_interval / 2,
                 lock_timeout: timing.renew_interval / 2,
-                connect_timeout: crate::db::CONNECT_TIMEOUT,
+                connect_timeout: crate::sessions::CONNECT_TIMEOUT,
                 application_name: format!("allocator:{}:leases", config.replica_id),
                 ..pool_settings.clone()
             },
@@ -182,7 +182,7 @@ impl Application {
                     size,
                     wait: timing.renew_interval / 2,
                     lock_timeout: timing.renew_interval / 2,
-                    connect_timeout: crate::db::CONNECT_TIMEOUT,
+                    connect_timeout: crate::sessions::CONNECT_TIMEOUT,
                     application_name: format!("allocator:{}:{job}", config.replica_id),
                     ..pool_settings.clone()
                 },

@@ -22,8 +22,8 @@
 //! Beside the replica layer: [`settlement`] (the singleton job) and [`events`] (the change-event
 //! relay it runs under its lease).
 //!
-//! Beside them: [`app`] wires everything together; [`clock`], [`config`], [`db`], [`error`],
-//! [`faults`], [`hints`] and [`metrics`] are leaves. Signals, logs, request ids, pool settings
+//! Beside them: [`app`] wires everything together; [`clock`], [`config`], [`sessions`], [`error`],
+//! [`faults`], [`hint_publisher`] and [`metrics`] are leaves. Signals, logs, request ids, pool settings
 //! and the problems of requests no handler sees come from the `edge` crate, shared with the router.
 pub mod api;
 pub mod app;
@@ -31,18 +31,18 @@ pub mod authority;
 pub mod clock;
 pub mod commit;
 pub mod config;
-pub mod db;
 pub mod dispatch;
 pub mod error;
 pub mod events;
 pub mod faults;
 pub mod fenced;
-pub mod hints;
+pub mod hint_publisher;
 pub mod lease;
 pub mod metrics;
 pub mod negative_control;
 pub mod replica;
 pub mod retention;
+pub mod sessions;
 pub mod settlement;
 pub mod singleton;
 pub mod work;

@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Migrate(args) => {
-            let mut client = allocator::db::connect(&args.database_url).await?;
+            let mut client = allocator::sessions::connect(&args.database_url).await?;
             let report = schema::initialise(&mut client, args.partitions).await?;
             tracing::info!(
                 applied = ?report.applied,

@@ -44,7 +44,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::ownership::Ownership;
-use crate::hints::HintPublisher;
+use crate::hint_publisher::HintPublisher;
 use crate::lease::state::LossCause;
 use crate::lease::store;
 use crate::metrics as m;

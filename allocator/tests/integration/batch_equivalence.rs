@@ -113,15 +113,15 @@ struct Side {
 
 async fn side(name: &str) -> Side {
     let db = migrated_database(PARTITIONS).await;
-    let pool = allocator::db::build_pool(
+    let pool = allocator::sessions::build_pool(
         &db,
-        &allocator::db::PoolSettings {
+        &allocator::sessions::PoolSettings {
             size: 2,
             wait: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(10),
             idle_in_transaction_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(2),
-            connect_timeout: allocator::db::CONNECT_TIMEOUT,
+            connect_timeout: allocator::sessions::CONNECT_TIMEOUT,
             application_name: format!("equivalence-{name}"),
         },
     )

@@ -22,14 +22,14 @@ pub async fn migrated_database(partitions: u32) -> String {
 }
 
 pub async fn migrate(url: &str, partitions: u32) {
-    let mut client = allocator::db::connect(url).await.expect("connect");
+    let mut client = allocator::sessions::connect(url).await.expect("connect");
     schema::initialise(&mut client, Some(partitions))
         .await
         .expect("migrate");
 }
 
 pub async fn client(url: &str) -> tokio_postgres::Client {
-    allocator::db::connect(url).await.expect("connect")
+    allocator::sessions::connect(url).await.expect("connect")
 }
 
 /// Short timings so failover tests run in seconds, built through the command line so the

@@ -35,15 +35,15 @@ struct Fixture {
 
 async fn fixture() -> Fixture {
     let db = migrated_database(PARTITIONS).await;
-    let pool = allocator::db::build_pool(
+    let pool = allocator::sessions::build_pool(
         &db,
-        &allocator::db::PoolSettings {
+        &allocator::sessions::PoolSettings {
             size: 2,
             wait: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_millis(500),
-            connect_timeout: allocator::db::CONNECT_TIMEOUT,
+            connect_timeout: allocator::sessions::CONNECT_TIMEOUT,
             application_name: "fast-path-test".into(),
         },
     )

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use crate::common::*;
-use allocator::db::{build_pool, PoolSettings};
 use allocator::fenced::{
     apply_group, fenced_transaction, Command, Fence, FencedError, Outcome, PartitionBatch,
 };
 use allocator::lease::{store, FenceToken};
+use allocator::sessions::{build_pool, PoolSettings};
 use schema::partition::partition_for;
 
 fn pool(url: &str) -> deadpool_postgres::Pool {
@@ -21,7 +21,7 @@ fn pool(url: &str) -> deadpool_postgres::Pool {
             statement_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_millis(300),
-            connect_timeout: allocator::db::CONNECT_TIMEOUT,
+            connect_timeout: allocator::sessions::CONNECT_TIMEOUT,
             application_name: "fencing-test".into(),
         },
     )
@@ -416,14 +416,14 @@ async fn migrations_are_idempotent_and_keep_the_partition_count() {
     let runs = (0..4).map(|_| {
         let url = url.clone();
         tokio::spawn(async move {
-            let mut c = allocator::db::connect(&url).await.unwrap();
+            let mut c = allocator::sessions::connect(&url).await.unwrap();
             schema::initialise(&mut c, Some(12)).await
         })
     });
     for run in futures::future::join_all(runs).await {
         assert_eq!(run.unwrap().unwrap().partition_count, 12);
     }
-    let mut c = allocator::db::connect(&url).await.unwrap();
+    let mut c = allocator::sessions::connect(&url).await.unwrap();
     let again = schema::initialise(&mut c, None).await.unwrap();
     assert_eq!(again.partition_count, 12);
     assert!(again.applied.is_empty());

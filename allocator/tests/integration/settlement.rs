@@ -203,7 +203,7 @@ async fn job_resumes_after_the_database_restarts() {
     pg.restart().await.unwrap();
     let restarted = Instant::now();
     let before = loop {
-        if let Ok(pg) = allocator::db::connect(&db).await {
+        if let Ok(pg) = allocator::sessions::connect(&db).await {
             if let Ok(s) = schema::settlement::read_status(&pg).await {
                 break s.settled_windows;
             }

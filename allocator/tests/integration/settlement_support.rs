@@ -171,7 +171,7 @@ pub(crate) async fn owner_url(
     sku: &str,
 ) -> Option<String> {
     if pg.as_ref().is_none_or(|c| c.is_closed()) {
-        *pg = allocator::db::connect(db).await.ok();
+        *pg = allocator::sessions::connect(db).await.ok();
     }
     let map = schema::assignment::read_map(pg.as_ref()?).await.ok()?;
     let partition = partition_for(sku, map.partition_count);

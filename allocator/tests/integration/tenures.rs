@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use crate::processes::spawn_replica_with;
-use allocator::db::{build_pool, PoolSettings};
 use allocator::fenced::{apply_group, Command, Fence, FencedError, PartitionBatch};
 use allocator::lease::{store, FenceToken};
+use allocator::sessions::{build_pool, PoolSettings};
 use schema::partition::partition_for;
 use serde_json::json;
 
@@ -42,7 +42,7 @@ async fn a_group_naming_a_partition_twice_is_refused_whole() {
             statement_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_millis(300),
-            connect_timeout: allocator::db::CONNECT_TIMEOUT,
+            connect_timeout: allocator::sessions::CONNECT_TIMEOUT,
             application_name: "tenure-test".into(),
         },
     )
