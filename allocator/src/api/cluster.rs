@@ -7,7 +7,7 @@ use actix_web::{web, HttpResponse};
 
 use super::{ApiError, AppState};
 use schema::assignment;
-use schema::events::EventQuery;
+use schema::events::{EventQuery, QueryError};
 
 pub async fn partitions(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let client = state.pool.get().await?;
@@ -29,8 +29,11 @@ pub async fn events(
     state: web::Data<AppState>,
     request: actix_web::HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let query = EventQuery::parse(request.query_string(), state.partition_count)
-        .map_err(ApiError::InvalidRequest)?;
+    let query =
+        EventQuery::parse(request.query_string(), state.partition_count).map_err(|e| match e {
+            QueryError::Invalid(detail) => ApiError::InvalidRequest(detail),
+            QueryError::NoStream(detail) => ApiError::NotFound(detail),
+        })?;
     let client = state.pool.get().await?;
     let events =
         schema::events::read::stream_after(&**client, query.stream, query.after, query.limit)

@@ -202,9 +202,16 @@ async fn events_are_paged_from_the_database_and_bad_queries_are_refused() {
         }
         assert_eq!(got, want, "{stream:?} paged over HTTP");
     }
+    // A partition number the cluster does not have names no stream: 404, not bad input (the
+    // document cannot know the partition count).
+    let answer = http
+        .get(format!("{}/v1/events?partition=99", replica.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 404);
     for bad in [
         "",
-        "?partition=99",
         "?partition=1&after=-1",
         "?partition=1&limit=0",
         "?partition=x",

@@ -5,6 +5,7 @@
 //! change-event stream, both read from PostgreSQL as an allocator reads them.
 
 use actix_web::{web, HttpResponse};
+use schema::events::{EventQuery, QueryError};
 use schema::wire::HEADER_ASSIGNMENT_REVISION;
 
 use crate::db;
@@ -32,8 +33,12 @@ pub async fn events(
     state: web::Data<AppState>,
     request: actix_web::HttpRequest,
 ) -> Result<HttpResponse, RouterError> {
-    let query = schema::events::EventQuery::parse(request.query_string(), state.partition_count()?)
-        .map_err(RouterError::InvalidRequest)?;
+    let query = EventQuery::parse(request.query_string(), state.partition_count()?).map_err(
+        |e| match e {
+            QueryError::Invalid(detail) => RouterError::InvalidRequest(detail),
+            QueryError::NoStream(detail) => RouterError::NotFound(detail),
+        },
+    )?;
     let events = db::events(&state.pool, state.db_timeout, query)
         .await
         .map_err(|e| RouterError::Storage(e.to_string()))?;

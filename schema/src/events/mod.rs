@@ -256,10 +256,21 @@ pub struct EventQuery {
     pub limit: i64,
 }
 
+/// Why a `GET /v1/events` query is refused; the text is the problem's `detail`, worded alike
+/// by both services.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryError {
+    /// Not a query this route understands: `400`.
+    Invalid(String),
+    /// A well-formed partition number this cluster does not have (the document cannot know
+    /// the count): no such stream, `404`.
+    NoStream(String),
+}
+
 impl EventQuery {
-    /// Parse the query string; the error is the `detail` of a `400`, worded alike by both
-    /// services.
-    pub fn parse(query: &str, partition_count: u32) -> Result<EventQuery, String> {
+    /// Parse the query string.
+    pub fn parse(query: &str, partition_count: u32) -> Result<EventQuery, QueryError> {
+        let invalid = |detail: String| Err(QueryError::Invalid(detail));
         let (mut stream, mut after, mut limit) = (None, 0, PAGE_LIMIT_DEFAULT);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -267,25 +278,35 @@ impl EventQuery {
                 "partition" if value == SETTLEMENT_STREAM => stream = Some(Stream::Settlement),
                 "partition" => match value.parse::<u32>() {
                     Ok(p) if p < partition_count => stream = Some(Stream::Partition(p)),
-                    _ => {
-                        return Err(format!(
-                            "partition must be 0..{} or `{SETTLEMENT_STREAM}`, got {value:?}",
+                    Ok(p) => {
+                        return Err(QueryError::NoStream(format!(
+                            "no stream for partition {p}: this cluster has partitions 0..{} \
+                             and `{SETTLEMENT_STREAM}`",
                             partition_count.saturating_sub(1)
+                        )))
+                    }
+                    Err(_) => {
+                        return invalid(format!(
+                            "partition must be a partition number or `{SETTLEMENT_STREAM}`, \
+                             got {value:?}"
                         ))
                     }
                 },
                 "after" => match value.parse::<i64>() {
                     Ok(a) if a >= 0 => after = a,
-                    _ => return Err(format!("after must be a position >= 0, got {value:?}")),
+                    _ => return invalid(format!("after must be a position >= 0, got {value:?}")),
                 },
                 "limit" => match value.parse::<i64>() {
                     Ok(l) if (1..=PAGE_LIMIT_MAX).contains(&l) => limit = l,
-                    _ => return Err(format!("limit must be 1..{PAGE_LIMIT_MAX}, got {value:?}")),
+                    _ => {
+                        return invalid(format!("limit must be 1..{PAGE_LIMIT_MAX}, got {value:?}"))
+                    }
                 },
-                other => return Err(format!("unknown query parameter {other:?}")),
+                other => return invalid(format!("unknown query parameter {other:?}")),
             }
         }
-        let stream = stream.ok_or_else(|| "partition is required".to_owned())?;
+        let stream =
+            stream.ok_or_else(|| QueryError::Invalid("partition is required".to_owned()))?;
         Ok(EventQuery {
             stream,
             after,
@@ -313,9 +334,12 @@ mod query_tests {
         assert_eq!((q.stream, q.after, q.limit), (Stream::Partition(3), 10, 5));
         let q = EventQuery::parse("partition=settlement", 8).unwrap();
         assert_eq!((q.stream, q.after, q.limit), (Stream::Settlement, 0, 100));
+        assert!(matches!(
+            EventQuery::parse("partition=8", 8),
+            Err(QueryError::NoStream(_))
+        ));
         for bad in [
             "",
-            "partition=8",
             "partition=-1",
             "partition=1&after=-2",
             "partition=1&limit=0",
@@ -323,7 +347,10 @@ mod query_tests {
             "partition=1&after=x",
             "partition=1&foo=2",
         ] {
-            assert!(EventQuery::parse(bad, 8).is_err(), "{bad:?} accepted");
+            assert!(
+                matches!(EventQuery::parse(bad, 8), Err(QueryError::Invalid(_))),
+                "{bad:?} not refused as invalid"
+            );
         }
     }
 }
