@@ -278,14 +278,15 @@ impl EventQuery {
                 "partition" if value == SETTLEMENT_STREAM => stream = Some(Stream::Settlement),
                 "partition" => match value.parse::<u32>() {
                     Ok(p) if p < partition_count => stream = Some(Stream::Partition(p)),
-                    Ok(p) => {
+                    // A number, however large: well-formed, but no such partition here.
+                    _ if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                         return Err(QueryError::NoStream(format!(
-                            "no stream for partition {p}: this cluster has partitions 0..{} \
+                            "no stream for partition {value}: this cluster has partitions 0..{} \
                              and `{SETTLEMENT_STREAM}`",
                             partition_count.saturating_sub(1)
                         )))
                     }
-                    Err(_) => {
+                    _ => {
                         return invalid(format!(
                             "partition must be a partition number or `{SETTLEMENT_STREAM}`, \
                              got {value:?}"
@@ -334,10 +335,12 @@ mod query_tests {
         assert_eq!((q.stream, q.after, q.limit), (Stream::Partition(3), 10, 5));
         let q = EventQuery::parse("partition=settlement", 8).unwrap();
         assert_eq!((q.stream, q.after, q.limit), (Stream::Settlement, 0, 100));
-        assert!(matches!(
-            EventQuery::parse("partition=8", 8),
-            Err(QueryError::NoStream(_))
-        ));
+        for none in ["partition=8", "partition=99999999999999999999"] {
+            assert!(
+                matches!(EventQuery::parse(none, 8), Err(QueryError::NoStream(_))),
+                "{none}"
+            );
+        }
         for bad in [
             "",
             "partition=-1",
