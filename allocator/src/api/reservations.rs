@@ -16,7 +16,8 @@ pub async fn reserve(
     body: web::Json<ReserveRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    if is_order_line_id(body.reservation_id.as_str()) && !forwards_an_order_line(&request) {
+    let order_line = forwards_an_order_line(&request)?;
+    if is_order_line_id(body.reservation_id.as_str()) && !order_line {
         return Err(ApiError::InvalidRequest(reserved_id_refusal(
             body.reservation_id.as_str(),
         )));
@@ -37,12 +38,17 @@ pub async fn reserve(
 /// A router placing an order line: it says so ([`HEADER_ORDER_LINE`]) and the access gate trusts
 /// it as a router (the `router` scope, or authentication off). Anyone else gets the same `400` a
 /// router gives its clients for an id in the order-line namespace.
-fn forwards_an_order_line(request: &HttpRequest) -> bool {
-    request
-        .headers()
-        .get(HEADER_ORDER_LINE)
-        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"true"))
-        && request.extensions().contains::<access::TrustedRouter>()
+/// The header's only documented value is `true`; any other is refused rather than ignored.
+fn forwards_an_order_line(request: &HttpRequest) -> Result<bool, ApiError> {
+    match request.headers().get(HEADER_ORDER_LINE) {
+        None => Ok(false),
+        Some(value) if value.as_bytes().eq_ignore_ascii_case(b"true") => {
+            Ok(request.extensions().contains::<access::TrustedRouter>())
+        }
+        Some(_) => Err(ApiError::InvalidRequest(format!(
+            "{HEADER_ORDER_LINE} may only be `true`"
+        ))),
+    }
 }
 
 pub async fn confirm(
