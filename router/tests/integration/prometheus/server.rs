@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 pub(super) use testkit::cluster::Prometheus;
 
 use super::{COPY_LABEL, SHORT_FOR};
-use crate::common::{http, Cluster};
+use crate::common::Cluster;
 
 pub(super) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
