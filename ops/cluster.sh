@@ -50,26 +50,12 @@ build() {
     [[ -x "$CLUSTER_ROUTER_BIN" ]] || die "router binary not found at $CLUSTER_ROUTER_BIN"
 }
 
-# launcher ARGS...: the cluster binary with ARGS; 8>&-: it must not inherit the lock file.
-launcher() {
-    local bin
-    bin="$(cluster_bin)" || die "no cluster launcher binary"
-    "$bin" "$@" 8>&-
-}
-
-with_lock() {
-    mkdir -p "$CLUSTER_DIR"
-    exec 8>"$CLUSTER_DIR/.cluster.lock"
-    flock -w 600 8 || die "another ops/cluster.sh up/down holds $CLUSTER_DIR/.cluster.lock"
-    "$@"
-}
-
 cmd_up() {
     step "packages"
     ensure_packages postgresql redis curl jq
     build
     step "cluster up ($CLUSTER_DIR)"
-    launcher up
+    cluster_launcher up
     echo "  ops/cluster.sh demo | status | down"
 }
 
@@ -78,18 +64,18 @@ cmd_down() {
         info "no cluster recorded in $CLUSTER_DIR"
         return 0
     fi
-    launcher down
+    cluster_launcher down
 }
 
 usage() { print_header_usage "${BASH_SOURCE[0]}"; }
 
 case "${1:-}" in
-    up) with_lock cmd_up ;;
-    down) with_lock cmd_down ;;
+    up) with_cluster_lock cmd_up ;;
+    down) with_cluster_lock cmd_down ;;
     # The API walkthrough; the client crate's example will take its place.
     demo) exec "$OPS_DIR/demo.sh" ;;
-    status) launcher status ;;
-    map) launcher map ;;
+    status) cluster_launcher status ;;
+    map) cluster_launcher map ;;
     -h | --help | help) usage ;;
     *) usage >&2; exit 2 ;;
 esac

@@ -26,22 +26,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ENV_FILE="$CLUSTER_DIR/env"
 
-launcher() {
-    local bin
-    bin="$(cluster_bin)" || die "no cluster launcher binary"
-    "$bin" "$@" 9>&-
-}
-
-with_lock() {
-    mkdir -p "$CLUSTER_DIR"
-    exec 9>"$CLUSTER_DIR/.services.lock"
-    flock -w 300 9 || die "another ops/services.sh holds $CLUSTER_DIR/.services.lock"
-    "$@"
-}
-
 cmd_up() {
     ensure_packages postgresql redis
-    launcher up --services-only
+    cluster_launcher up --services-only
     ok "services up (env: $ENV_FILE)"
 }
 
@@ -50,7 +37,7 @@ cmd_down() {
         info "services: nothing recorded as started in $CLUSTER_DIR"
         return 0
     fi
-    launcher down
+    cluster_launcher down
     ok "services down"
 }
 
@@ -62,10 +49,10 @@ cmd_env() {
 usage() { print_header_usage "${BASH_SOURCE[0]}"; }
 
 case "${1:-}" in
-    up) with_lock cmd_up ;;
-    down) with_lock cmd_down ;;
+    up) with_cluster_lock cmd_up ;;
+    down) with_cluster_lock cmd_down ;;
     env) cmd_env ;;
-    status) launcher status --services ;;
+    status) cluster_launcher status --services ;;
     -h | --help | help) usage ;;
     *) usage >&2; exit 2 ;;
 esac

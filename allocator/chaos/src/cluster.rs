@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use testkit::cluster::ShortTimings;
 use testkit::{resident_set_kib, ProxyMode, ReplicatedPg, Replication};
 
 /// Lease TTL of the replicas; pauses and partitions are drawn longer than this.
@@ -43,32 +44,22 @@ pub struct ClusterSpec {
 
 /// Flags of every replica after testkit's own (database, port, id, URL, Redis).
 fn allocator_args() -> Vec<String> {
-    [
-        "--lease-ttl-ms",
-        &LEASE_TTL_MS.to_string(),
-        "--lease-margin-ms",
-        "500",
-        "--renew-interval-ms",
-        "500",
-        "--campaign-interval-ms",
-        "250",
-        "--expiry-interval-ms",
-        "250",
-        "--statement-timeout-ms",
-        "1000",
-        "--idle-in-transaction-timeout-ms",
-        "1000",
-        "--request-timeout-ms",
-        &ALLOCATOR_REQUEST_TIMEOUT_MS.to_string(),
-        "--pool-size",
-        "6",
-        "--http-workers",
-        "2",
-        "--settlement-window-secs",
-        &SETTLEMENT_WINDOW_SECS.to_string(),
-    ]
-    .map(str::to_owned)
-    .into()
+    let mut args = ShortTimings {
+        lease_ttl_ms: LEASE_TTL_MS,
+        lease_margin_ms: 500,
+        renew_interval_ms: 500,
+        campaign_interval_ms: 250,
+        statement_timeout_ms: 1000,
+        request_timeout_ms: ALLOCATOR_REQUEST_TIMEOUT_MS,
+        pool_size: 6,
+        http_workers: 2,
+    }
+    .args();
+    args.extend([
+        "--settlement-window-secs".to_owned(),
+        SETTLEMENT_WINDOW_SECS.to_string(),
+    ]);
+    args
 }
 
 /// Flags of every router after testkit's own (database, Redis, port).

@@ -91,6 +91,11 @@ impl RedisServer {
         self.port
     }
 
+    /// Its working directory (log, no data: persistence is off), removed on drop.
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
     /// Pid of the running server, if any.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

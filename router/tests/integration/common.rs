@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use router::assignment_cache::AssignmentCache;
 use router::{Application, RouterConfig};
 use schema::wire::PartitionMap;
-use testkit::cluster::Database;
+use testkit::cluster::{Database, ShortTimings};
 use testkit::{cargo_bin, ApiClient, TcpProxy};
 use tokio_util::sync::CancellationToken;
 
@@ -70,32 +70,19 @@ impl std::ops::DerefMut for TestCluster {
     }
 }
 
-/// Arguments of every test allocator after its own: short leases and small pools.
+/// Flags of every test allocator after its own: short leases and small pools.
 fn allocator_args() -> Vec<String> {
-    [
-        "--lease-ttl-ms",
-        &LEASE_TTL_MS.to_string(),
-        "--lease-margin-ms",
-        "400",
-        "--renew-interval-ms",
-        "300",
-        "--campaign-interval-ms",
-        "200",
-        "--expiry-interval-ms",
-        "200",
-        "--statement-timeout-ms",
-        "1000",
-        "--idle-in-transaction-timeout-ms",
-        "1000",
-        "--request-timeout-ms",
-        &ALLOCATOR_REQUEST_TIMEOUT_MS.to_string(),
-        "--pool-size",
-        "6",
-        "--http-workers",
-        "2",
-    ]
-    .map(str::to_owned)
-    .into()
+    ShortTimings {
+        lease_ttl_ms: LEASE_TTL_MS,
+        lease_margin_ms: 400,
+        renew_interval_ms: 300,
+        campaign_interval_ms: 200,
+        statement_timeout_ms: 1000,
+        request_timeout_ms: ALLOCATOR_REQUEST_TIMEOUT_MS,
+        pool_size: 6,
+        http_workers: 2,
+    }
+    .args()
 }
 
 impl TestCluster {
@@ -124,7 +111,14 @@ impl TestCluster {
         partitions: u32,
         allocator_env: Vec<(String, String)>,
     ) -> Cluster {
-        Self::start_in(Database::Url(db_url), name, replicas, partitions, allocator_env).await
+        Self::start_in(
+            Database::Url(db_url),
+            name,
+            replicas,
+            partitions,
+            allocator_env,
+        )
+        .await
     }
 
     async fn start_in(

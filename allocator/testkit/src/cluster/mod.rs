@@ -17,10 +17,13 @@ mod builder;
 mod prometheus;
 mod ready;
 mod service;
+mod template;
+mod timings;
 
 pub use self::builder::{ClusterBuilder, Database, Redis};
 pub use self::prometheus::Prometheus;
 pub use self::service::{Role, Service};
+pub use self::timings::ShortTimings;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -59,7 +62,7 @@ impl Storage {
     }
 
     /// Every server, in the order of the services' multi-host URL.
-    fn servers(&self) -> Vec<&PgServer> {
+    pub fn servers(&self) -> Vec<&PgServer> {
         match self {
             Storage::External => Vec::new(),
             Storage::Private(server) => vec![server],
@@ -143,7 +146,7 @@ pub struct Cluster {
     /// Extra environment for allocators spawned from now on by [`Cluster::spawn_allocator`].
     pub allocator_env: Vec<(String, String)>,
     /// How allocators and routers are started; see [`ClusterBuilder`].
-    template: builder::Template,
+    template: template::Template,
     /// Whether `log_dir` is a temporary directory of the cluster's (removed after a passing
     /// test, kept with a message after a failing one).
     temporary_logs: bool,
@@ -231,7 +234,10 @@ impl Cluster {
     pub fn allocator_targets(&mut self) -> Vec<(String, String)> {
         self.allocators
             .iter_mut()
-            .filter_map(|a| a.is_running().then(|| (format!("127.0.0.1:{}", a.port), a.id.clone())))
+            .filter_map(|a| {
+                a.is_running()
+                    .then(|| (format!("127.0.0.1:{}", a.port), a.id.clone()))
+            })
             .collect()
     }
 

@@ -18,7 +18,10 @@ use clap::builder::FalseyValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cluster", about = "A local allocator cluster: up, down, status, map")]
+#[command(
+    name = "cluster",
+    about = "A local allocator cluster: up, down, status, map"
+)]
 struct Cli {
     /// Where the cluster's state, logs and env files live.
     #[arg(long, env = "CLUSTER_DIR", default_value = ".cluster", global = true)]
@@ -112,10 +115,20 @@ pub struct UpArgs {
     #[arg(long, env = "CLUSTER_ROUTER_BIN")]
     router_bin: Option<PathBuf>,
     /// Extra allocator flags, split on whitespace.
-    #[arg(long, env = "CLUSTER_ALLOCATOR_ARGS", allow_hyphen_values = true, default_value = "")]
+    #[arg(
+        long,
+        env = "CLUSTER_ALLOCATOR_ARGS",
+        allow_hyphen_values = true,
+        default_value = ""
+    )]
     allocator_args: String,
     /// Extra router flags, split on whitespace.
-    #[arg(long, env = "CLUSTER_ROUTER_ARGS", allow_hyphen_values = true, default_value = "")]
+    #[arg(
+        long,
+        env = "CLUSTER_ROUTER_ARGS",
+        allow_hyphen_values = true,
+        default_value = ""
+    )]
     router_args: String,
     /// Seconds the processes may take to answer /readyz.
     #[arg(long, env = "CLUSTER_READY_TIMEOUT", default_value_t = 90)]

@@ -104,7 +104,10 @@ pub async fn map(dir: &Path, args: &ShowArgs) -> Result<i32> {
     let url = first_ready(dir)
         .await
         .context("no router or allocator answers /readyz")?;
-    print!("{}", format_map(&fetch_map(&url, args.token.as_deref()).await?));
+    print!(
+        "{}",
+        format_map(&fetch_map(&url, args.token.as_deref()).await?)
+    );
     Ok(0)
 }
 
@@ -168,12 +171,19 @@ async fn services(dir: &Path) -> i32 {
                 .trim_end_matches('/')
                 .rsplit_once(':')
                 .unwrap_or(("127.0.0.1", "6379"));
-            let redis_up =
-                testkit::redis::answers_ping(host, port.parse().unwrap_or(6379)).await;
+            let redis_up = testkit::redis::answers_ping(host, port.parse().unwrap_or(6379)).await;
             let word = |up: bool| if up { "up" } else { "DOWN" };
             let mode = |key| state::env_value(dir, key).unwrap_or_else(|| "?".to_owned());
-            println!("postgresql  {:<16} {:<4} {db}", mode("CLUSTER_PG_MODE"), word(pg_up));
-            println!("redis       {:<16} {:<4} {redis}", mode("CLUSTER_REDIS_MODE"), word(redis_up));
+            println!(
+                "postgresql  {:<16} {:<4} {db}",
+                mode("CLUSTER_PG_MODE"),
+                word(pg_up)
+            );
+            println!(
+                "redis       {:<16} {:<4} {redis}",
+                mode("CLUSTER_REDIS_MODE"),
+                word(redis_up)
+            );
             if !(pg_up && redis_up) {
                 rc = 1;
             }
@@ -217,8 +227,18 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "partition_count 5  revision 7  unowned 1");
         assert_eq!(lines[1].matches("part").count(), 4);
-        assert!(lines[2].starts_with("   0 alloc-1        3     2s |    1 -"), "{text}");
+        assert!(
+            lines[2].starts_with("   0 alloc-1        3     2s |    1 -"),
+            "{text}"
+        );
         assert!(lines[3].starts_with("   4 alloc-2"), "{text}");
-        assert_eq!(&lines[4..], ["  (none): 1 partitions [1]", "  alloc-1: 2 partitions [0,2]", "  alloc-2: 2 partitions [3,4]"]);
+        assert_eq!(
+            &lines[4..],
+            [
+                "  (none): 1 partitions [1]",
+                "  alloc-1: 2 partitions [0,2]",
+                "  alloc-2: 2 partitions [3,4]"
+            ]
+        );
     }
 }

@@ -59,7 +59,10 @@ pub fn pid_alive(pid: u32, bin: Option<&Path>) -> bool {
     }
     match (bin, std::fs::read_link(format!("/proc/{pid}/exe"))) {
         (Some(bin), Ok(exe)) if !bin.as_os_str().is_empty() => {
-            let exe = exe.to_string_lossy().trim_end_matches(" (deleted)").to_owned();
+            let exe = exe
+                .to_string_lossy()
+                .trim_end_matches(" (deleted)")
+                .to_owned();
             std::fs::canonicalize(bin).is_ok_and(|b| Path::new(&exe) == b)
         }
         _ => true,
@@ -146,6 +149,19 @@ pub fn write(dir: &Path, cluster: &mut Cluster) -> Result<()> {
     if let Some(pid) = cluster.redis.pid() {
         std::fs::write(run.join("redis.pid"), format!("{pid}\n"))?;
     }
+    // The private servers' temporary directories, for `down` to remove when the supervisor
+    // could not (it was killed).
+    let mut dirs: Vec<PathBuf> = cluster
+        .pg
+        .servers()
+        .iter()
+        .filter_map(|s| s.data_dir().parent().map(Path::to_path_buf))
+        .collect();
+    if let Ok(server) = cluster.redis.server() {
+        dirs.push(server.dir().to_path_buf());
+    }
+    let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    std::fs::write(run.join("server-dirs"), dirs.join("\n"))?;
     let services = format!(
         "export DATABASE_URL={}\nexport REDIS_URL={}\nexport CLUSTER_PG_MODE={}\nexport CLUSTER_REDIS_MODE={}\n",
         quoted(&cluster.db_url),
@@ -160,7 +176,10 @@ pub fn write(dir: &Path, cluster: &mut Cluster) -> Result<()> {
         quoted(&routers.join(" ")),
         quoted(&allocators.join(" ")),
     );
-    std::fs::write(dir.join("env"), format!("# written by cluster up\n{services}"))?;
+    std::fs::write(
+        dir.join("env"),
+        format!("# written by cluster up\n{services}"),
+    )?;
     std::fs::write(
         dir.join("cluster.env"),
         format!("# written by cluster up\n{services}{processes}"),
@@ -188,6 +207,24 @@ pub fn write(dir: &Path, cluster: &mut Cluster) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Removes the private servers' directories recorded by [`write`] (only ones named like
+/// testkit's temporary directories).
+pub fn remove_server_dirs(dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(run_dir(dir).join("server-dirs")) else {
+        return;
+    };
+    for line in text.lines() {
+        let path = Path::new(line);
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("allocator-pg-") || n.starts_with("allocator-redis-"));
+        if ours {
+            let _ = std::fs::remove_dir_all(path);
+        }
+    }
 }
 
 /// Removes what [`write`] wrote (logs stay).

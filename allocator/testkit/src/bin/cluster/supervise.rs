@@ -24,7 +24,10 @@ const DOWN_TIMEOUT: Duration = Duration::from_secs(180);
 pub async fn up(dir: &Path, args: &UpArgs) -> Result<i32> {
     std::fs::create_dir_all(dir.join("logs"))?;
     if supervisor(dir).is_some() {
-        eprintln!("a cluster from an earlier 'up' is running in {}; stopping it first", dir.display());
+        eprintln!(
+            "a cluster from an earlier 'up' is running in {}; stopping it first",
+            dir.display()
+        );
         down(dir).await?;
     }
     state::clear(dir);
@@ -51,7 +54,11 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<i32> {
             .stdout(log.try_clone()?)
             .stderr(log)
             // Its own session: a Ctrl-C in the terminal that ran `up` does not reach the cluster.
-            .pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from))
+            .pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(|_| ())
+                    .map_err(std::io::Error::from)
+            })
             .spawn()
             .context("starting the cluster supervisor")?
     };
@@ -63,11 +70,17 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<i32> {
         }
         if let Some(status) = child.try_wait()? {
             eprint!("{}", std::fs::read_to_string(&log_path).unwrap_or_default());
-            bail!("cluster up failed ({status}); logs in {}", dir.join("logs").display());
+            bail!(
+                "cluster up failed ({status}); logs in {}",
+                dir.join("logs").display()
+            );
         }
         if Instant::now() >= deadline {
             down(dir).await?;
-            bail!("cluster not up within {limit:?}; logs in {}", dir.join("logs").display());
+            bail!(
+                "cluster not up within {limit:?}; logs in {}",
+                dir.join("logs").display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -83,9 +96,16 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<i32> {
         );
     }
     for key in ["DATABASE_URL", "REDIS_URL"] {
-        println!("  {:<12} {}", key, state::env_value(dir, key).unwrap_or_default());
+        println!(
+            "  {:<12} {}",
+            key,
+            state::env_value(dir, key).unwrap_or_default()
+        );
     }
-    println!("\n  source {}   # DATABASE_URL REDIS_URL ROUTER_URL ROUTER_URLS ALLOCATOR_URLS", dir.join("cluster.env").display());
+    println!(
+        "\n  source {}   # DATABASE_URL REDIS_URL ROUTER_URL ROUTER_URLS ALLOCATOR_URLS",
+        dir.join("cluster.env").display()
+    );
     if !state::recorded(dir).is_empty() {
         println!();
         show::map(dir, &args.show).await?;
@@ -155,20 +175,28 @@ async fn start(dir: &Path, args: &UpArgs) -> Result<Cluster> {
     let redis = if args.private || args.private_redis {
         Redis::Private
     } else if testkit::redis::answers_ping(&args.system_redis_host, args.system_redis_port).await {
-        Redis::Url(format!("redis://{}:{}/", args.system_redis_host, args.system_redis_port))
+        Redis::Url(format!(
+            "redis://{}:{}/",
+            args.system_redis_host, args.system_redis_port
+        ))
     } else {
-        eprintln!("Redis: nothing answers on {}:{}; starting a private one", args.system_redis_host, args.system_redis_port);
+        eprintln!(
+            "Redis: nothing answers on {}:{}; starting a private one",
+            args.system_redis_host, args.system_redis_port
+        );
         Redis::Private
     };
     let (allocators, routers) = match args.services_only {
         true => (0, 0),
         false => (args.allocators, args.routers),
     };
-    let sibling = |name: &str| -> Result<PathBuf> {
-        Ok(std::env::current_exe()?.with_file_name(name))
-    };
+    let sibling =
+        |name: &str| -> Result<PathBuf> { Ok(std::env::current_exe()?.with_file_name(name)) };
     let split = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
-    eprintln!("starting PostgreSQL, Redis, {allocators} allocators and {routers} routers ({} partitions)", args.partitions);
+    eprintln!(
+        "starting PostgreSQL, Redis, {allocators} allocators and {routers} routers ({} partitions)",
+        args.partitions
+    );
     let cluster = Cluster::builder()
         .name("cluster")
         .database(database)
@@ -180,17 +208,38 @@ async fn start(dir: &Path, args: &UpArgs) -> Result<Cluster> {
         .routers(routers)
         .migrate(!args.services_only)
         .first_id(1)
-        .allocator_bin(&args.allocator_bin.clone().map_or_else(|| sibling("allocator"), Ok)?)
-        .router_bin(&args.router_bin.clone().map_or_else(|| sibling("router"), Ok)?)
+        .allocator_bin(
+            &args
+                .allocator_bin
+                .clone()
+                .map_or_else(|| sibling("allocator"), Ok)?,
+        )
+        .router_bin(
+            &args
+                .router_bin
+                .clone()
+                .map_or_else(|| sibling("router"), Ok)?,
+        )
         .allocator_args(split(&args.allocator_args))
         .router_args(split(&args.router_args))
         .rust_log(&args.rust_log)
         .log_dir(&dir.join("logs"))
-        .timeouts(Duration::from_secs(args.ready_timeout), Duration::from_secs(args.map_timeout))
+        .timeouts(
+            Duration::from_secs(args.ready_timeout),
+            Duration::from_secs(args.map_timeout),
+        )
         .start()
         .await?;
-    eprintln!("PostgreSQL ({}): {}", state::pg_mode(&cluster), cluster.db_url);
-    eprintln!("Redis ({}): {}", state::redis_mode(&cluster), cluster.redis.url());
+    eprintln!(
+        "PostgreSQL ({}): {}",
+        state::pg_mode(&cluster),
+        cluster.db_url
+    );
+    eprintln!(
+        "Redis ({}): {}",
+        state::redis_mode(&cluster),
+        cluster.redis.url()
+    );
     Ok(cluster)
 }
 
@@ -206,7 +255,9 @@ fn pg_settings(args: &UpArgs) -> Result<Vec<(String, String)>> {
     let mut words = options.split_whitespace();
     while let Some(word) = words.next() {
         let setting = match word {
-            "-c" => words.next().context("CLUSTER_PG_OPTIONS: -c without a setting")?,
+            "-c" => words
+                .next()
+                .context("CLUSTER_PG_OPTIONS: -c without a setting")?,
             other => other.strip_prefix("-c").unwrap_or(other),
         };
         let (name, value) = setting
@@ -221,12 +272,18 @@ fn pg_settings(args: &UpArgs) -> Result<Vec<(String, String)>> {
 async fn system_database(args: &UpArgs) -> Result<String> {
     let name = &args.db_name;
     let ours = name.strip_prefix("allocator_").is_some_and(|rest| {
-        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
     });
     if !ours {
         bail!("CLUSTER_DB_NAME must match ^allocator_[a-z0-9_]+$ (it is dropped and recreated), got {name:?}");
     }
-    let server = format!("postgres://{}@{}:{}", args.system_pg_user, args.system_pg_host, args.system_pg_port);
+    let server = format!(
+        "postgres://{}@{}:{}",
+        args.system_pg_user, args.system_pg_host, args.system_pg_port
+    );
     let (client, connection) = tokio::time::timeout(
         Duration::from_secs(3),
         tokio_postgres::connect(&format!("{server}/postgres"), tokio_postgres::NoTls),
@@ -235,15 +292,25 @@ async fn system_database(args: &UpArgs) -> Result<String> {
     .context("connecting timed out")??;
     tokio::spawn(connection);
     let may: bool = client
-        .query_one("SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user", &[])
+        .query_one(
+            "SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
         .await?
         .get(0);
     if !may {
         bail!("{} may not create databases", args.system_pg_user);
     }
-    client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await?;
-    client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
-    eprintln!("PostgreSQL: using the server on {}:{}, database {name} (recreated)", args.system_pg_host, args.system_pg_port);
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+        .await?;
+    client
+        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+        .await?;
+    eprintln!(
+        "PostgreSQL: using the server on {}:{}, database {name} (recreated)",
+        args.system_pg_host, args.system_pg_port
+    );
     Ok(format!("{server}/{name}"))
 }
 
@@ -266,6 +333,9 @@ pub async fn down(dir: &Path) -> Result<i32> {
         for r in recorded.iter().filter(|r| r.alive()) {
             let _ = signal::kill(Pid::from_raw(r.pid as i32), Signal::SIGKILL);
         }
+        // Killed servers are gone only once reaped; give them a moment before removing.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        state::remove_server_dirs(dir);
         state::clear(dir);
         eprintln!("no cluster running in {}", dir.display());
         return Ok(0);
