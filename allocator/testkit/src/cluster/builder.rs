@@ -237,12 +237,12 @@ impl ClusterBuilder {
             Database::Private => {
                 let server = PgServer::start_with(self.pg_settings.clone()).await?;
                 let url = server.create_database(&db_name).await?;
-                (Storage::Private(server), url)
+                (Storage::Private(Box::new(server)), url)
             }
             Database::Replicated(mode) => {
                 let pair = ReplicatedPg::start_with(*mode, self.pg_settings.clone()).await?;
                 let url = pair.create_database(&db_name).await?;
-                (Storage::Replicated(pair), url)
+                (Storage::Replicated(Box::new(pair)), url)
             }
         };
         let db_name = match pg {

@@ -39,8 +39,8 @@ pub enum Storage {
     /// A database on a server the cluster does not own (the test binary's shared server, the
     /// machine's, or one the caller started).
     External,
-    Private(PgServer),
-    Replicated(ReplicatedPg),
+    Private(Box<PgServer>),
+    Replicated(Box<ReplicatedPg>),
 }
 
 impl Storage {
@@ -48,7 +48,7 @@ impl Storage {
     pub fn primary(&self) -> Option<&PgServer> {
         match self {
             Storage::External => None,
-            Storage::Private(server) => Some(server),
+            Storage::Private(server) => Some(server.as_ref()),
             Storage::Replicated(pair) => Some(pair.primary()),
         }
     }
@@ -56,7 +56,7 @@ impl Storage {
     /// The replicated pair, for failover faults.
     pub fn replicated_mut(&mut self) -> Option<&mut ReplicatedPg> {
         match self {
-            Storage::Replicated(pair) => Some(pair),
+            Storage::Replicated(pair) => Some(pair.as_mut()),
             _ => None,
         }
     }
@@ -65,7 +65,7 @@ impl Storage {
     pub fn servers(&self) -> Vec<&PgServer> {
         match self {
             Storage::External => Vec::new(),
-            Storage::Private(server) => vec![server],
+            Storage::Private(server) => vec![server.as_ref()],
             Storage::Replicated(pair) => pair.nodes().iter().collect(),
         }
     }
