@@ -26,7 +26,8 @@
 # CLUSTER_DIR (.cluster), CLUSTER_TOKEN (a bearer token sent by `map`, `status` and `demo`,
 # needed when the routers run with --auth-file; `AUTH=1 ops/run-local.sh` sets it). Every knob is
 # also a flag of `cluster up --help`.
-# Files: .cluster/{env,cluster.env} .cluster/logs/*.log .cluster/run/*.{pid,url}; see ops/README.md.
+# Files: .cluster/env, .cluster/cluster.env (DATABASE_URL REDIS_URL ROUTER_URL ROUTER_URLS
+# ALLOCATOR_URLS, to source), .cluster/logs/*.log, .cluster/run/*.{pid,url}; see ops/README.md.
 set -euo pipefail
 
 # shellcheck source=ops/lib.sh
