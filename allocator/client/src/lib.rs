@@ -109,6 +109,9 @@ pub use retry::{Attempt, FailureKind, Policy};
 #[cfg(feature = "http")]
 pub use transport::{Response, TransportError};
 
+/// The HTTP vocabulary of [`Client::send_once`] and [`Response`].
+#[cfg(feature = "http")]
+pub use http::{HeaderMap, Method, StatusCode};
 /// The wire types of the requests and answers, re-exported so a caller needs no second import.
 #[cfg(feature = "http")]
 pub use schema::wire;
