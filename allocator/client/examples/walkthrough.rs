@@ -7,7 +7,8 @@
 //! ```
 //!
 //! The URL is the first argument, else `CLUSTER_DEMO_URL`; `CLUSTER_TOKEN` is sent as the bearer
-//! token when set (it needs the `admin` scope for the restocks).
+//! token when set (it needs the `admin` scope for the restocks). The crate's integration tests
+//! run [`walk`] against a router (every check passes) and an allocator (the orders fail).
 
 use std::process::ExitCode;
 
@@ -17,10 +18,10 @@ use allocator_client::wire::{
 use allocator_client::{ids, new_adjustment, new_reservation, Client, Error, Reply};
 
 /// The checks made so far and the ones that failed.
-#[derive(Default)]
-struct Walk {
-    checks: u32,
-    failed: u32,
+#[derive(Debug, Default)]
+pub struct Walk {
+    pub checks: u32,
+    pub failed: u32,
 }
 
 impl Walk {
@@ -70,7 +71,16 @@ fn order(lines: &[(&str, i64)]) -> Result<OrderRequest, Error> {
     })
 }
 
-async fn walk(client: &Client, w: &mut Walk) -> Result<(), Error> {
+/// Walk the contract through `client`; every check is printed and counted.
+pub async fn walk(client: &Client) -> Walk {
+    let mut w = Walk::default();
+    if let Err(error) = steps(client, &mut w).await {
+        w.expect(false, &format!("stopped: {error}"));
+    }
+    w
+}
+
+async fn steps(client: &Client, w: &mut Walk) -> Result<(), Error> {
     w.step("restock: the first adjustment creates the SKU");
     let widget = new_adjustment(3)?;
     w.ok(
@@ -193,7 +203,7 @@ async fn walk(client: &Client, w: &mut Walk) -> Result<(), Error> {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> ExitCode {
+pub async fn main() -> ExitCode {
     let Some(url) = std::env::args()
         .nth(1)
         .or_else(|| std::env::var("CLUSTER_DEMO_URL").ok())
@@ -213,10 +223,7 @@ async fn main() -> ExitCode {
         }
     };
     println!("walkthrough against {url}");
-    let mut w = Walk::default();
-    if let Err(error) = walk(&client, &mut w).await {
-        w.expect(false, &format!("stopped: {error}"));
-    }
+    let w = walk(&client).await;
     println!();
     if w.failed > 0 {
         println!("walkthrough: {} of {} checks failed", w.failed, w.checks);
