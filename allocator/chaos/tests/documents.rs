@@ -32,6 +32,7 @@ const OUTSIDE_FLAGS: &[(&str, &[&str])] = &[
             "--nocapture",
             "--test-threads",
             "--bins",
+            "--example",
         ],
     ),
     ("promtool", &["--strict"]),
