@@ -6,8 +6,9 @@
 #   ops/cluster.sh up       build, provide PostgreSQL and Redis, migrate, start allocators and
 #                           routers, wait until ready and every partition has an owner, print URLs
 #                           and the ownership map; everything keeps running in the background
-#   ops/cluster.sh demo     walk through the API via a router (ops/demo.sh); exits 1 when an answer
-#                           differs from what the contract says
+#   ops/cluster.sh demo     walk through the API via a router with the client crate's example
+#                           (restock, reserve, replay, out-of-stock, confirm, release, multi-line
+#                           orders); exits 1 when an answer differs from what the contract says
 #   ops/cluster.sh status   processes, services and the ownership map
 #   ops/cluster.sh map      only the ownership map
 #   ops/cluster.sh down     SIGTERM routers and allocators (allocators release their leases),
@@ -60,6 +61,24 @@ cmd_up() {
     echo "  ops/cluster.sh demo | status | down"
 }
 
+# The API's contract walked through against a ready router by the client crate's example
+# (allocator/client/examples/walkthrough.rs): restock, reserve, replay, out of stock, confirm,
+# release, orders; it exits non-zero when an answer differs. CLUSTER_TOKEN is its bearer token.
+cmd_demo() {
+    local url="${CLUSTER_DEMO_URL:-}" candidate
+    if [[ -z "$url" && -r "$CLUSTER_DIR/cluster.env" ]]; then
+        # shellcheck disable=SC1091
+        for candidate in $(source "$CLUSTER_DIR/cluster.env" && echo "${ROUTER_URLS:-}"); do
+            [[ "$(http_status "$candidate/readyz")" == 200 ]] && { url=$candidate; break; }
+        done
+    fi
+    [[ -n "$url" ]] || die "no ready router; run ops/cluster.sh up first (or set CLUSTER_DEMO_URL)"
+    command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust via rustup)"
+    (cd "$REPO_ROOT" && cargo run --release --quiet -p allocator-client --example walkthrough \
+        -- "$url" </dev/null) || { err "demo: an answer differed from the contract (see '!!' above)"; return 1; }
+    ok "demo: every answer as specified"
+}
+
 cmd_down() {
     if [[ ! -e "$CLUSTER_DIR/run/cluster.pid" ]]; then
         info "no cluster recorded in $CLUSTER_DIR"
@@ -73,8 +92,7 @@ usage() { print_header_usage "${BASH_SOURCE[0]}"; }
 case "${1:-}" in
     up) with_cluster_lock cmd_up ;;
     down) with_cluster_lock cmd_down ;;
-    # The API walkthrough; the client crate's example will take its place.
-    demo) exec "$OPS_DIR/demo.sh" ;;
+    demo) cmd_demo ;;
     status) cluster_launcher status ;;
     map) cluster_launcher map ;;
     -h | --help | help) usage ;;

@@ -39,6 +39,7 @@ const OUTSIDE_FLAGS: &[(&str, &[&str])] = &[
             "--nocapture",
             "--test-threads",
             "--bins",
+            "--example",
         ],
     ),
     ("promtool", &["--strict"]),
