@@ -323,3 +323,16 @@ async fn a_group_whose_outcome_is_unknown_is_not_rerun_and_every_batch_learns_so
         "never run twice"
     );
 }
+
+#[tokio::test]
+async fn a_solo_batch_found_first_runs_alone_and_what_queued_behind_it_forms_the_next_group() {
+    let (statements, authority, committer, open) = held_lane(settings()).await;
+    let (_, solo) = submit(&committer, &authority, tenure(1), vec![reserve("a")], true).await;
+    let (_, two) = submit(&committer, &authority, tenure(2), vec![reserve("b")], false).await;
+    let (_, three) = submit(&committer, &authority, tenure(3), vec![reserve("c")], false).await;
+    drop(open);
+    for reply in [solo, two, three] {
+        answered(reply).await.expect("committed");
+    }
+    assert_eq!(statements.groups_after_first(), vec![vec![1], vec![2, 3]]);
+}
