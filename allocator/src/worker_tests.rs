@@ -56,6 +56,20 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// A worker of [`PARTITION`] (tenure 1) whose first command, a reserve, is queued behind the
+    /// held lane.
+    async fn queued(&mut self) -> (oneshot::Sender<()>, FenceToken, WorkerHandle, Answer) {
+        let open = self.hold_lane().await;
+        let token = FenceToken::new(PARTITION, 1);
+        let worker = self.worker(token);
+        let answer = send(&worker, reserve("a"));
+        // The worker asked its authority before queueing, then queued at once.
+        until("the batch is queued", || self.authority.asked(token) >= 1).await;
+        (open, token, worker, answer)
+    }
+}
+
 type Answer = oneshot::Receiver<Result<Outcome, WorkError>>;
 
 fn send(worker: &WorkerHandle, command: Command) -> Answer {
@@ -84,12 +98,7 @@ fn ran(statements: &FakeStatements, partition: u32) -> bool {
 #[tokio::test]
 async fn a_queued_batch_withdrawn_when_its_tenure_ends_is_not_owner_and_never_runs() {
     let mut s = setup();
-    let open = s.hold_lane().await;
-    let token = FenceToken::new(PARTITION, 1);
-    let worker = s.worker(token);
-    let answer = send(&worker, reserve("a"));
-    // The worker asked its authority and queued the batch behind the held lane.
-    until("the batch is queued", || s.authority.asked(token) >= 1).await;
+    let (open, _, worker, answer) = s.queued().await;
     worker.cancel.cancel();
     assert_eq!(
         answered(answer).await,
@@ -116,11 +125,7 @@ async fn a_queued_batch_withdrawn_when_its_tenure_ends_is_not_owner_and_never_ru
 #[tokio::test]
 async fn a_queued_batch_whose_renewal_became_unconfirmed_is_unavailable_and_never_runs() {
     let mut s = setup();
-    let open = s.hold_lane().await;
-    let token = FenceToken::new(PARTITION, 1);
-    let worker = s.worker(token);
-    let answer = send(&worker, reserve("a"));
-    until("the batch is queued", || s.authority.asked(token) >= 1).await;
+    let (open, token, _worker, answer) = s.queued().await;
     s.authority.set(token, Authority::Uncertain);
     drop(open);
     let error = answered(answer).await.unwrap_err();
@@ -184,15 +189,8 @@ async fn a_refused_epoch_reports_the_tenure_lost_and_answers_not_owner() {
 #[tokio::test]
 async fn queued_commands_share_one_batch_in_arrival_order_and_a_lost_tenure_queues_nothing() {
     let mut s = setup();
-    let open = s.hold_lane().await;
-    let token = FenceToken::new(PARTITION, 1);
-    let worker = s.worker(token);
     // The first command is taken alone; the rest queue behind it and become one batch.
-    let first = send(&worker, reserve("a"));
-    until("the first batch is queued", || {
-        s.authority.asked(token) >= 1
-    })
-    .await;
+    let (open, token, worker, first) = s.queued().await;
     let rest: Vec<_> = ["b", "c", "d"].map(|id| send(&worker, reserve(id))).into();
     drop(open);
     assert!(answered(first).await.is_ok());

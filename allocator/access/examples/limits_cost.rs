@@ -23,8 +23,11 @@ const CLIENTS: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
 /// refilled from the instant the caller passes in.
 #[derive(Default)]
 struct Baseline {
-    clients: Mutex<HashMap<String, (Option<(f64, f64, f64, Instant)>, Arc<AtomicUsize>)>>,
+    clients: Mutex<HashMap<String, Entry>>,
 }
+
+/// (rate, burst, tokens, updated) and the in-flight counter.
+type Entry = (Option<(f64, f64, f64, Instant)>, Arc<AtomicUsize>);
 
 struct Slot(Arc<AtomicUsize>);
 

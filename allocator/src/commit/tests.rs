@@ -39,23 +39,41 @@ async fn answered(reply: Reply) -> Result<Vec<Outcome>, CommitError> {
         .expect("answered, not dropped")
 }
 
+/// Queue one batch per `(partition, commands)`, each of tenure 1.
+async fn queue(
+    committer: &Committer,
+    authority: &Arc<FakeAuthority>,
+    batches: impl IntoIterator<Item = (u32, Vec<Command>)>,
+) -> Vec<Reply> {
+    let mut replies = Vec::new();
+    for (p, commands) in batches {
+        replies.push(
+            submit(committer, authority, tenure(p), commands, false)
+                .await
+                .1,
+        );
+    }
+    replies
+}
+
+/// One reserve `r<p>` for each partition.
+fn reserves(partitions: impl IntoIterator<Item = u32>) -> Vec<(u32, Vec<Command>)> {
+    partitions
+        .into_iter()
+        .map(|p| (p, vec![reserve(&format!("r{p}"))]))
+        .collect()
+}
+
+async fn all_committed(replies: Vec<Reply>) {
+    for reply in replies {
+        answered(reply).await.expect("committed");
+    }
+}
+
 #[tokio::test]
 async fn queued_batches_of_different_partitions_share_one_statement_in_queue_order() {
     let (statements, authority, committer, open) = held_lane(settings()).await;
-    let mut replies = Vec::new();
-    for p in [3, 1, 2] {
-        replies.push(
-            submit(
-                &committer,
-                &authority,
-                tenure(p),
-                vec![reserve(&format!("r{p}"))],
-                false,
-            )
-            .await
-            .1,
-        );
-    }
+    let replies = queue(&committer, &authority, reserves([3, 1, 2])).await;
     drop(open);
     for (reply, p) in replies.into_iter().zip([3u64, 1, 2]) {
         let outcomes = answered(reply).await.expect("committed");
@@ -88,9 +106,7 @@ async fn a_partition_never_twice_in_a_group_and_a_solo_batch_runs_alone() {
         );
     }
     drop(open);
-    for reply in replies {
-        answered(reply).await.expect("committed");
-    }
+    all_committed(replies).await;
     let calls = statements.calls();
     let groups: Vec<Vec<FenceToken>> = calls.iter().skip(1).map(|c| c.tenures.clone()).collect();
     assert_eq!(
@@ -109,24 +125,9 @@ async fn a_group_stops_at_its_partition_and_command_limits() {
     let mut limited = settings();
     limited.max_partitions = 2;
     let (statements, authority, committer, open) = held_lane(limited).await;
-    let mut replies = Vec::new();
-    for p in 1..=5 {
-        replies.push(
-            submit(
-                &committer,
-                &authority,
-                tenure(p),
-                vec![reserve(&format!("r{p}"))],
-                false,
-            )
-            .await
-            .1,
-        );
-    }
+    let replies = queue(&committer, &authority, reserves(1..=5)).await;
     drop(open);
-    for reply in replies {
-        answered(reply).await.expect("committed");
-    }
+    all_committed(replies).await;
     assert_eq!(
         statements.groups_after_first(),
         vec![vec![1, 2], vec![3, 4], vec![5]]
@@ -135,19 +136,15 @@ async fn a_group_stops_at_its_partition_and_command_limits() {
     let mut limited = settings();
     limited.max_commands = 3;
     let (statements, authority, committer, open) = held_lane(limited).await;
-    let mut replies = Vec::new();
-    for p in 1..=3 {
-        let two = vec![reserve(&format!("a{p}")), reserve(&format!("b{p}"))];
-        replies.push(
-            submit(&committer, &authority, tenure(p), two, false)
-                .await
-                .1,
-        );
-    }
+    let two = |p: u32| {
+        (
+            p,
+            vec![reserve(&format!("a{p}")), reserve(&format!("b{p}"))],
+        )
+    };
+    let replies = queue(&committer, &authority, (1..=3).map(two)).await;
     drop(open);
-    for reply in replies {
-        answered(reply).await.expect("committed");
-    }
+    all_committed(replies).await;
     // A batch joins while the group holds fewer commands than the limit.
     assert_eq!(statements.groups_after_first(), vec![vec![1, 2], vec![3]]);
 }
@@ -166,18 +163,9 @@ async fn a_mixed_group_sends_plain_reserves_to_the_set_based_statement_and_the_r
         ]
     };
     let (statements, authority, committer, open) = held_lane(settings()).await;
-    let mut replies = Vec::new();
-    for (p, commands) in batches() {
-        replies.push(
-            submit(&committer, &authority, tenure(p), commands, false)
-                .await
-                .1,
-        );
-    }
+    let replies = queue(&committer, &authority, batches()).await;
     drop(open);
-    for reply in replies {
-        answered(reply).await.expect("committed");
-    }
+    all_committed(replies).await;
     assert_eq!(
         statements.groups_after_first(),
         vec![vec![1, 3], vec![2, 4, 5]]
@@ -187,18 +175,9 @@ async fn a_mixed_group_sends_plain_reserves_to_the_set_based_statement_and_the_r
     let mut function_only = settings();
     function_only.set_based_reserves = false;
     let (statements, authority, committer, open) = held_lane(function_only).await;
-    let mut replies = Vec::new();
-    for (p, commands) in batches() {
-        replies.push(
-            submit(&committer, &authority, tenure(p), commands, false)
-                .await
-                .1,
-        );
-    }
+    let replies = queue(&committer, &authority, batches()).await;
     drop(open);
-    for reply in replies {
-        answered(reply).await.expect("committed");
-    }
+    all_committed(replies).await;
     let calls = statements.calls();
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[1].partitions(), vec![1, 2, 3, 4, 5]);
@@ -274,20 +253,7 @@ async fn a_withdrawn_batch_never_runs() {
 async fn a_group_that_fails_whole_is_rerun_partition_by_partition() {
     let (statements, authority, committer, open) = held_lane(settings()).await;
     statements.answer(2, Answer::FailGroup);
-    let mut replies = Vec::new();
-    for p in 1..=3 {
-        replies.push(
-            submit(
-                &committer,
-                &authority,
-                tenure(p),
-                vec![reserve(&format!("r{p}"))],
-                false,
-            )
-            .await
-            .1,
-        );
-    }
+    let replies = queue(&committer, &authority, reserves(1..=3)).await;
     drop(open);
     let results: Vec<_> = futures::future::join_all(replies.into_iter().map(answered)).await;
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
