@@ -332,3 +332,7 @@ fn record(command: &Command, outcome: &Outcome) {
         "command applied"
     );
 }
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;

@@ -347,7 +347,7 @@ pub(crate) async fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
     .await?;
     common.emit(&report, || report.render_text())?;
     if let Some(path) = chart_path {
-        std::fs::write(&path, chart::render_svg(&report))
+        std::fs::write(&path, chart::render_svg(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(report.invariants.ok)

@@ -27,6 +27,7 @@ mod events;
 mod iteration;
 mod pacer;
 mod progress;
+mod readback;
 mod report;
 mod run;
 mod seed;

@@ -13,8 +13,8 @@ use serde::Serialize;
 use crate::check::{check_sku, Counts, SkuCheck};
 use crate::client::failure_label;
 use crate::iteration::{checked, sku_name};
+use crate::readback::fetch_inventories;
 use crate::report::fmt_counts;
-use crate::run::fetch_inventories;
 use crate::stats::{bump, OpTrace, SkuTally};
 
 // ------------------------------------------------------------------------------------------------

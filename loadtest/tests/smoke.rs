@@ -53,27 +53,24 @@ fn assert_chart(json_path: &Path, report: &serde_json::Value) {
         .unwrap_or_else(|e| panic!("{}: {e}", svg_path.display()));
     let doc = roxmltree::Document::parse(&svg).expect("chart is well-formed XML");
     assert_eq!(doc.root_element().tag_name().name(), "svg");
-    let series = |name: &str| {
+    // The series' colours, as `chart::SERIES_COLOURS` draws them: each series is the polylines
+    // of its colour.
+    let points_of = |colour: &str| -> usize {
         doc.descendants()
-            .find(|n| {
-                n.attribute("class") == Some("series") && n.attribute("data-series") == Some(name)
-            })
-            .unwrap_or_else(|| panic!("series {name} missing from {}", svg_path.display()))
-    };
-    for name in ["ok", "out_of_stock", "error"] {
-        let points: usize = series(name)
-            .children()
+            .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some(colour))
             .filter_map(|n| n.attribute("points"))
-            .map(|p| p.split(' ').count())
-            .sum();
-        assert_eq!(points, seconds.len(), "{name} in {svg}");
+            .map(|p| p.split_whitespace().count())
+            .sum()
+    };
+    for (name, colour) in [
+        ("ok", "#2E7D32"),
+        ("out_of_stock", "#EF6C00"),
+        ("error", "#C62828"),
+    ] {
+        assert_eq!(points_of(colour), seconds.len(), "{name} in {svg}");
     }
     let with_latency = seconds.iter().filter(|s| !s["p99_ms"].is_null()).count();
-    let p99_points: usize = series("p99")
-        .children()
-        .filter_map(|n| n.attribute("points"))
-        .map(|p| p.split(' ').count())
-        .sum();
+    let p99_points = points_of("#6A1B9A");
     assert_eq!(p99_points, with_latency, "{svg}");
 }
 

@@ -8,7 +8,6 @@
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
 use actix_web::http::header::{HeaderMap, AUTHORIZATION};
 use schema::routes::{self, Access, Scope};
@@ -152,11 +151,11 @@ impl Gate {
     }
 
     /// Decide about one request from its line and headers.
-    pub fn admit(&self, request: &Request<'_>, now: Instant) -> Result<Admitted, AccessError> {
+    pub fn admit(&self, request: &Request<'_>) -> Result<Admitted, AccessError> {
         if routes::is_open_path(request.path) {
             return Ok(Admitted::default());
         }
-        let decision = self.decide(request, now);
+        let decision = self.decide(request);
         match &decision {
             Ok(admitted) if admitted.body_check.is_some() => {}
             Ok(admitted) => self.count(admitted.client.as_deref().unwrap_or(ANONYMOUS), "ok"),
@@ -215,11 +214,7 @@ impl Gate {
         audit::refused(client, request, sku, error);
     }
 
-    fn decide(
-        &self,
-        request: &Request<'_>,
-        now: Instant,
-    ) -> Result<Admitted, (String, AccessError)> {
+    fn decide(&self, request: &Request<'_>) -> Result<Admitted, (String, AccessError)> {
         let (method, template, headers) = (request.method, request.template, request.headers);
         // Looked up once: the scope check and the audit of administrative writes both need it.
         let access = routes::access_for(method, template);
@@ -251,7 +246,7 @@ impl Gate {
             let concurrency = self.settings.concurrency.map(NonZeroUsize::get);
             let slot = self
                 .limits
-                .admit(&client, rate, concurrency, now)
+                .admit(&client, rate, concurrency)
                 .map_err(|limited| {
                     let error = match limited {
                         Limited::Rate { rate, retry_after } => AccessError::RateLimited {

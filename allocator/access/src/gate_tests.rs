@@ -21,7 +21,6 @@ fn admit_at(
     path: &str,
     template: Option<&str>,
     headers: &HeaderMap,
-    now: Instant,
 ) -> Result<Admitted, AccessError> {
     let request = Request {
         method,
@@ -29,7 +28,7 @@ fn admit_at(
         template,
         headers,
     };
-    gate.admit(&request, now)
+    gate.admit(&request)
 }
 
 fn auth_file(lines: &[(&str, &str, &str)]) -> tempfile::NamedTempFile {
@@ -74,14 +73,7 @@ fn ask(
     (method, template): (&str, &str),
     headers: &HeaderMap,
 ) -> Result<Admitted, AccessError> {
-    admit_at(
-        gate,
-        method,
-        "/v1/x",
-        Some(template),
-        headers,
-        Instant::now(),
-    )
+    admit_at(gate, method, "/v1/x", Some(template), headers)
 }
 
 #[test]
@@ -107,17 +99,9 @@ fn scopes_decide_per_route() {
         Err(AccessError::MissingScope { .. })
     ));
     // Unmatched paths (404) need only a valid token.
-    admit_at(&gate, "GET", "/nope", None, &shop, Instant::now()).unwrap();
+    admit_at(&gate, "GET", "/nope", None, &shop).unwrap();
     assert_eq!(
-        admit_at(
-            &gate,
-            "GET",
-            "/nope",
-            None,
-            &HeaderMap::new(),
-            Instant::now()
-        )
-        .unwrap_err(),
+        admit_at(&gate, "GET", "/nope", None, &HeaderMap::new()).unwrap_err(),
         AccessError::MissingToken
     );
 }
@@ -141,15 +125,7 @@ fn tokens_missing_malformed_or_unknown_are_401() {
         AccessError::MalformedToken
     );
     // Open paths need nothing, whatever is presented.
-    admit_at(
-        &gate,
-        "GET",
-        "/healthz",
-        Some("/healthz"),
-        &basic,
-        Instant::now(),
-    )
-    .unwrap();
+    admit_at(&gate, "GET", "/healthz", Some("/healthz"), &basic).unwrap();
 }
 
 #[test]
@@ -209,15 +185,7 @@ fn require_router_refuses_direct_callers() {
     );
     ask(&gate, RESERVE, &headers(Some("t-router"), Some("shop"))).unwrap();
     // Probes stay open.
-    admit_at(
-        &gate,
-        "GET",
-        "/readyz",
-        Some("/readyz"),
-        &HeaderMap::new(),
-        Instant::now(),
-    )
-    .unwrap();
+    admit_at(&gate, "GET", "/readyz", Some("/readyz"), &HeaderMap::new()).unwrap();
 }
 
 #[test]
@@ -245,14 +213,13 @@ fn limits_apply_by_client_with_overrides() {
     writeln!(file, "slow reserve {} rate=1 burst=1", hash_hex(b"t-slow")).unwrap();
     writeln!(file, "fast reserve {}", hash_hex(b"t-fast")).unwrap();
     let gate = gate(Role::Router, &file, |s| {
-        s.rate = Some(100.0);
+        // Slow enough that no token comes back while the test runs.
+        s.rate = Some(1.0);
         s.burst = Some(3);
     });
-    let now = Instant::now();
     let slow = headers(Some("t-slow"), None);
     let fast = headers(Some("t-fast"), None);
-    let ask_at =
-        |h: &HeaderMap| admit_at(&gate, "POST", "/v1/reservations", Some(RESERVE.1), h, now);
+    let ask_at = |h: &HeaderMap| admit_at(&gate, "POST", "/v1/reservations", Some(RESERVE.1), h);
     ask_at(&slow).unwrap();
     assert_eq!(
         ask_at(&slow).unwrap_err(),
@@ -353,7 +320,7 @@ fn ask_sku(
         template: Some(template),
         headers,
     };
-    gate.admit(&request, Instant::now())
+    gate.admit(&request)
 }
 
 const INVENTORY: (&str, &str) = ("GET", "/v1/inventory/{sku}");

@@ -14,7 +14,6 @@ use std::future::{ready, Future, Ready};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform};
@@ -175,7 +174,7 @@ where
         let service = self.service.clone();
         Box::pin(async move {
             let template = request.match_pattern();
-            let decision = gate.admit(&facts(&request, template.as_deref()), Instant::now());
+            let decision = gate.admit(&facts(&request, template.as_deref()));
             let admitted = match decision {
                 Ok(admitted) => admitted,
                 Err(error) => {

@@ -206,6 +206,50 @@ mod tests {
         assert_eq!(c.limit(), 8);
     }
 
+    #[test]
+    fn lanes_open_one_at_a_time_and_close_in_proportion_to_the_slowdown() {
+        let mut c = Concurrency::new(1, 8);
+        c.observe(2 * MS, true);
+        assert_eq!(c.limit(), 2, "one more per quick statement with a backlog");
+        for _ in 0..6 {
+            c.observe(2 * MS, true);
+        }
+        assert_eq!(c.limit(), 8);
+        // Three times the quickest: the limit shrinks by 2/3, backlog or not.
+        assert_eq!(c.observe(6 * MS, true), 5);
+        // However slow, at most halved per statement.
+        assert_eq!(c.observe(200 * MS, false), 2);
+        // Within twice the quickest, without a backlog: unchanged.
+        assert_eq!(c.observe(4 * MS, false), 2);
+    }
+
+    #[tokio::test]
+    async fn a_lane_waiting_for_a_slot_is_the_backlog_that_opens_another() {
+        let slots = std::sync::Arc::new(Slots::new(Concurrency::new(1, 4)));
+        slots.acquire().await;
+        // No lane waits: a quick statement opens nothing.
+        assert_eq!(slots.release(MS), 1);
+        slots.acquire().await;
+        let waiting = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.acquire().await }
+        });
+        for _ in 0..1000 {
+            if slots.lock().waiting == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(slots.lock().waiting, 1, "the second lane waits");
+        assert_eq!(slots.release(MS), 2, "a waiting lane opens one more");
+        waiting.await.unwrap();
+        // A slot given back unused (its batch was withdrawn) teaches the limit nothing.
+        slots.acquire().await;
+        slots.cancel();
+        assert_eq!(slots.lock().concurrency.limit(), 2);
+        assert_eq!(slots.lock().running, 1);
+    }
+
     #[tokio::test]
     async fn a_lane_waits_for_a_slot_beyond_the_limit() {
         let slots = std::sync::Arc::new(Slots::new(Concurrency::new(1, 1)));

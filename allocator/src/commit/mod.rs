@@ -39,12 +39,12 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::task::JoinHandle;
 
 mod concurrency;
+mod statements;
 
 use self::concurrency::{Concurrency, Slots};
+pub use self::statements::{GroupResult, PoolStatements, Statements};
 use crate::authority::{PartitionAuthority, Withheld};
-use crate::fenced::{
-    apply_function, apply_group, Command, Fence, FencedError, Outcome, PartitionBatch,
-};
+use crate::fenced::{Command, Fence, FencedError, Outcome, PartitionBatch};
 use crate::lease::FenceToken;
 use crate::metrics as m;
 
@@ -140,8 +140,20 @@ pub struct Committer {
 }
 
 impl Committer {
-    /// Start the lanes. They stop when every `Committer` clone is gone.
+    /// Start the lanes on connections of `pool`. They stop when every `Committer` clone is gone.
     pub fn spawn(pool: Pool, settings: CommitSettings) -> (Self, Vec<JoinHandle<()>>) {
+        let statements = PoolStatements {
+            pool,
+            pool_wait: settings.pool_wait,
+        };
+        Self::spawn_with(Arc::new(statements), settings)
+    }
+
+    /// Start the lanes, each group run by `statements`.
+    pub fn spawn_with(
+        statements: Arc<dyn Statements>,
+        settings: CommitSettings,
+    ) -> (Self, Vec<JoinHandle<()>>) {
         let (sender, receiver) = mpsc::channel(4096);
         let receiver = Arc::new(Mutex::new(receiver));
         let slots = Arc::new(Slots::new(Concurrency::new(
@@ -152,7 +164,7 @@ impl Committer {
         let lanes = (0..settings.lanes.get())
             .map(|_| {
                 let lane = Lane {
-                    pool: pool.clone(),
+                    statements: statements.clone(),
                     settings,
                     receiver: receiver.clone(),
                     slots: slots.clone(),
@@ -170,7 +182,7 @@ impl Committer {
 }
 
 struct Lane {
-    pool: Pool,
+    statements: Arc<dyn Statements>,
     settings: CommitSettings,
     receiver: Arc<Mutex<mpsc::Receiver<Submission>>>,
     /// Shared by the lanes: how many statements may run now.
@@ -275,7 +287,11 @@ impl Lane {
         }
         metrics::histogram!(m::GROUP_PARTITIONS).record(group.len() as f64);
         let started = Instant::now();
-        let result = self.run_statement(&group, deadline).await;
+        let result = {
+            let batches: Vec<PartitionBatch<'_>> = group.iter().map(Submission::batch).collect();
+            let set_based = self.settings.set_based_reserves;
+            self.statements.run(&batches, set_based, deadline).await
+        };
         metrics::histogram!(m::DB_TRANSACTION_DURATION).record(started.elapsed().as_secs_f64());
         match result {
             Ok(results) => {
@@ -300,40 +316,6 @@ impl Lane {
                 for submission in group {
                     let _ = submission.reply.send(Err(error.duplicate()));
                 }
-            }
-        }
-    }
-
-    async fn run_statement(
-        &self,
-        group: &[Submission],
-        deadline: Instant,
-    ) -> Result<Vec<Result<Vec<Outcome>, FencedError>>, CommitError> {
-        let client = tokio::time::timeout(self.settings.pool_wait, self.pool.get())
-            .await
-            .map_err(|_| "timed out".to_owned())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .map_err(|e| CommitError::Unavailable {
-                reason: format!("no database connection: {e}"),
-                outcome_unknown: false,
-            })?;
-        let batches: Vec<PartitionBatch<'_>> = group.iter().map(Submission::batch).collect();
-        let work = async {
-            if self.settings.set_based_reserves {
-                apply_group(&client, &batches).await
-            } else {
-                apply_function(&client, &batches).await
-            }
-        };
-        match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), work).await {
-            Ok(result) => result.map_err(CommitError::from),
-            Err(_) => {
-                // The statement may still be running; never hand this connection to anyone else.
-                let _ = deadpool_postgres::Object::take(client);
-                Err(CommitError::Unavailable {
-                    reason: "lease safe deadline reached during the transaction".into(),
-                    outcome_unknown: true,
-                })
             }
         }
     }
@@ -377,3 +359,8 @@ impl CommitError {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod fakes;
+#[cfg(test)]
+mod tests;

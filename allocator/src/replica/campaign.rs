@@ -77,83 +77,79 @@ impl LeaseManager {
         )
         .await??;
         metrics::gauge!(m::LIVE_REPLICAS).set(view.live_replicas as f64);
-        if round == Round::Register {
-            return Ok(());
-        }
-        let target = store::fair_share(view.partition_count, view.live_replicas) as usize;
-        let held = self.ownership.held();
-        if held.len() < target {
-            let holding: HashSet<u32> = held.iter().map(|t| t.partition).collect();
-            let mut free = view.free;
-            free.shuffle(&mut rand::rng());
-            // Own leases first: taking them back moves nothing between replicas.
-            let candidates = view
-                .named_for_me
-                .into_iter()
-                .filter(|p| !holding.contains(p))
-                .chain(free);
-            let mut wanted = target - held.len();
-            for partition in candidates {
-                if wanted == 0 {
-                    break;
-                }
-                if partition >= self.ownership.partition_count() {
-                    continue;
-                }
-                let t0 = self.ownership.now();
-                let acquired = tokio::time::timeout(
-                    timing.renew_interval,
-                    store::acquire(
-                        &**client,
-                        partition,
-                        &self.settings.replica_id,
-                        &self.settings.advertise_url,
-                        timing.ttl,
-                    ),
-                )
-                .await;
-                match acquired {
-                    Ok(Ok(Some(a))) => {
-                        let token = a.token();
-                        let worker = self.spawn_supervised(token);
-                        self.ownership.install(token, t0, worker);
-                        metrics::histogram!(m::LEASE_VACANCY).record(a.vacant.as_secs_f64());
-                        tracing::info!(
-                            partition,
-                            epoch = a.epoch,
-                            revision = a.revision,
-                            vacant_ms = a.vacant.as_millis() as u64,
-                            "lease acquired"
-                        );
-                        self.hints.publish(AssignmentHint {
-                            kind: HintKind::Acquire,
-                            partition,
-                            epoch: a.epoch,
-                            revision: a.revision,
-                            owner_id: self.settings.replica_id.clone(),
-                        });
-                        wanted -= 1;
-                    }
-                    Ok(Ok(None)) => {} // somebody else was faster
-                    Ok(Err(error)) => {
-                        tracing::debug!(partition, %error, "acquire failed");
-                    }
-                    Err(_) => {
-                        // Ambiguous: the acquire may have committed. Not installing it is safe;
-                        // the lease simply lapses and is re-acquired with a newer epoch.
-                        tracing::warn!(partition, "acquire timed out");
+        let plan = plan(
+            round,
+            view,
+            &self.ownership.held(),
+            self.ownership.partition_count(),
+            &mut rand::rng(),
+        );
+        match plan {
+            Plan::Hold => {}
+            Plan::Acquire { candidates, wanted } => {
+                let mut wanted = wanted;
+                for partition in candidates {
+                    if wanted == 0 {
                         break;
+                    }
+                    let t0 = self.ownership.now();
+                    let acquired = tokio::time::timeout(
+                        timing.renew_interval,
+                        store::acquire(
+                            &**client,
+                            partition,
+                            &self.settings.replica_id,
+                            &self.settings.advertise_url,
+                            timing.ttl,
+                        ),
+                    )
+                    .await;
+                    match acquired {
+                        Ok(Ok(Some(a))) => {
+                            self.installed(&a, t0);
+                            wanted -= 1;
+                        }
+                        Ok(Ok(None)) => {} // somebody else was faster
+                        Ok(Err(error)) => {
+                            tracing::debug!(partition, %error, "acquire failed");
+                        }
+                        Err(_) => {
+                            // Ambiguous: the acquire may have committed. Not installing it is
+                            // safe; the lease simply lapses and is re-acquired with a newer epoch.
+                            tracing::warn!(partition, "acquire timed out");
+                            break;
+                        }
                     }
                 }
             }
-        } else if held.len() > target && round == Round::Timed {
-            // Give back one partition per round: gentle rebalancing, no herd.
-            if let Some(partition) = held.iter().map(|t| t.partition).max() {
+            Plan::HandBack(partition) => {
                 drop(client);
                 self.release(partition).await;
             }
         }
         Ok(())
+    }
+
+    /// Serve a partition just acquired (requested at `t0`) and announce it.
+    fn installed(&self, a: &store::Acquired, t0: std::time::Instant) {
+        let token = a.token();
+        let worker = self.spawn_supervised(token);
+        self.ownership.install(token, t0, worker);
+        metrics::histogram!(m::LEASE_VACANCY).record(a.vacant.as_secs_f64());
+        tracing::info!(
+            partition = token.partition,
+            epoch = a.epoch,
+            revision = a.revision,
+            vacant_ms = a.vacant.as_millis() as u64,
+            "lease acquired"
+        );
+        self.hints.publish(AssignmentHint {
+            kind: HintKind::Acquire,
+            partition: token.partition,
+            epoch: a.epoch,
+            revision: a.revision,
+            owner_id: self.settings.replica_id.clone(),
+        });
     }
 
     /// Start the worker for `token` under a supervisor: if the worker ends while its lease still
@@ -192,3 +188,61 @@ impl LeaseManager {
         }
     }
 }
+
+/// What one campaign round does, decided from what it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Plan {
+    Hold,
+    /// Try `candidates` in this order until `wanted` of them are acquired.
+    Acquire {
+        candidates: Vec<u32>,
+        wanted: usize,
+    },
+    /// Give this partition back.
+    HandBack(u32),
+}
+
+/// The round's decision: below the fair share `ceil(P / live)`, acquire the difference, leases
+/// the database still names this replica for first, then free ones in random order; above it,
+/// on a timed round only, hand back one partition (the highest held).
+fn plan(
+    round: Round,
+    view: store::CampaignView,
+    held: &[FenceToken],
+    partition_count: u32,
+    rng: &mut impl rand::Rng,
+) -> Plan {
+    if round == Round::Register {
+        return Plan::Hold;
+    }
+    let target = store::fair_share(view.partition_count, view.live_replicas) as usize;
+    if held.len() < target {
+        let holding: HashSet<u32> = held.iter().map(|t| t.partition).collect();
+        let mut free = view.free;
+        free.shuffle(rng);
+        // Own leases first: taking them back moves nothing between replicas.
+        let candidates = view
+            .named_for_me
+            .into_iter()
+            .filter(|p| !holding.contains(p))
+            .chain(free)
+            .filter(|p| *p < partition_count)
+            .collect();
+        Plan::Acquire {
+            candidates,
+            wanted: target - held.len(),
+        }
+    } else if held.len() > target && round == Round::Timed {
+        // One partition per round: gentle rebalancing, no herd.
+        held.iter()
+            .map(|t| t.partition)
+            .max()
+            .map_or(Plan::Hold, Plan::HandBack)
+    } else {
+        Plan::Hold
+    }
+}
+
+#[cfg(test)]
+#[path = "campaign_tests.rs"]
+mod tests;

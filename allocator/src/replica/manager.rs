@@ -37,7 +37,7 @@
 //! milliseconds instead of a lease TTL.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use tokio::task::JoinHandle;
@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use super::ownership::Ownership;
 use crate::hint_publisher::HintPublisher;
 use crate::lease::state::LossCause;
-use crate::lease::store;
+use crate::lease::{store, FenceToken};
 use crate::metrics as m;
 use crate::worker::WorkerContext;
 
@@ -135,19 +135,10 @@ impl LeaseManager {
         let clock = self.ownership.clock();
         crate::clock::watch(&*clock, WATCHDOG_PERIOD, margin, &stop, |_, stall| {
             // The negative control keeps its leases through stalls and past their deadlines.
-            let unsafe_mode = crate::negative_control::enabled();
-            if let Some(stall) = stall.filter(|_| !unsafe_mode) {
-                metrics::counter!(m::PROCESS_STALLS).increment(1);
-                tracing::warn!(
-                    stall_ms = stall.as_millis() as u64,
-                    "process stall detected, dropping every lease"
-                );
-                self.ownership.lose_all(LossCause::Stall);
-            }
-            let remaining = if unsafe_mode {
+            let remaining = if crate::negative_control::enabled() {
                 None
             } else {
-                self.ownership.expire_deadlines()
+                watchdog_tick(&self.ownership, stall)
             };
             let held = self.ownership.held().len();
             metrics::gauge!(m::LEASES_HELD).set(held as f64);
@@ -180,38 +171,13 @@ impl LeaseManager {
                 .await;
             let ended = self.ownership.now();
             next = timing.next_renewal(t0, ended, attempt.is_ok());
-            match attempt {
-                Ok(renewed) => {
-                    for token in held {
-                        if renewed.contains(&token.partition) {
-                            self.ownership.renewed(token, t0);
-                        } else {
-                            metrics::counter!(m::LEASE_RENEW_FAILURES).increment(1);
-                            // The negative control keeps a tenure the database no longer grants.
-                            if !crate::negative_control::enabled() {
-                                self.ownership.lose(token, LossCause::RenewRejected);
-                            }
-                        }
-                    }
-                }
-                Err(reason) => {
-                    tracing::warn!(held = held.len(), %reason, "lease renewal failed, partitions uncertain");
-                    metrics::counter!(m::LEASE_RENEW_FAILURES).increment(held.len() as u64);
-                    for token in held {
-                        self.ownership.renew_failed(token);
-                    }
-                }
-            }
+            settle_renewal(&self.ownership, held, t0, attempt);
         }
     }
 
     /// One renewal attempt, given up at `deadline`. A connection whose statement was given up is
     /// discarded, not pooled: on a black-holed link the next attempt would queue behind it.
-    async fn renew_once(
-        &self,
-        held: &[crate::lease::FenceToken],
-        deadline: std::time::Instant,
-    ) -> Result<Vec<u32>, String> {
+    async fn renew_once(&self, held: &[FenceToken], deadline: Instant) -> Result<Vec<u32>, String> {
         let deadline = tokio::time::Instant::from_std(deadline);
         let client = tokio::time::timeout_at(deadline, self.pool.get())
             .await
@@ -228,3 +194,55 @@ impl LeaseManager {
         }
     }
 }
+
+/// A watchdog tick: after a stall longer than the margin nothing this process believed about its
+/// leases holds, so every one is dropped; otherwise those past their safe deadline are. Returns
+/// the least time left on a held lease.
+fn watchdog_tick(ownership: &Ownership, stall: Option<Duration>) -> Option<Duration> {
+    if let Some(stall) = stall {
+        metrics::counter!(m::PROCESS_STALLS).increment(1);
+        tracing::warn!(
+            stall_ms = stall.as_millis() as u64,
+            "process stall detected, dropping every lease"
+        );
+        ownership.lose_all(LossCause::Stall);
+    }
+    ownership.expire_deadlines()
+}
+
+/// Apply a renewal attempt of `held` sent at `t0`: the partitions the database renewed get a new
+/// safe deadline and the others are lost (their renewal was refused); a failed or timed-out
+/// attempt leaves them uncertain until one is confirmed.
+fn settle_renewal(
+    ownership: &Ownership,
+    held: Vec<FenceToken>,
+    t0: Instant,
+    attempt: Result<Vec<u32>, String>,
+) {
+    match attempt {
+        Ok(renewed) => {
+            for token in held {
+                if renewed.contains(&token.partition) {
+                    ownership.renewed(token, t0);
+                } else {
+                    metrics::counter!(m::LEASE_RENEW_FAILURES).increment(1);
+                    // The negative control keeps a tenure the database no longer grants.
+                    if !crate::negative_control::enabled() {
+                        ownership.lose(token, LossCause::RenewRejected);
+                    }
+                }
+            }
+        }
+        Err(reason) => {
+            tracing::warn!(held = held.len(), %reason, "lease renewal failed, partitions uncertain");
+            metrics::counter!(m::LEASE_RENEW_FAILURES).increment(held.len() as u64);
+            for token in held {
+                ownership.renew_failed(token);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

@@ -120,11 +120,7 @@ pub fn spawn_with<W: Routine>(
         let runner = tokio::spawn(job.clone().runner(stop.clone()));
         let companion = companion.and_then(|start| {
             let holder = job.clone();
-            let term: TermSource =
-                Arc::new(move || match holder.state().authority(holder.clock.now()) {
-                    Authority::Granted { epoch, .. } => Some(epoch),
-                    _ => None,
-                });
+            let term: TermSource = Arc::new(move || holder.term());
             start(term, job.pool.clone(), stop.clone())
         });
         job.keeper(shutdown).await;
@@ -140,6 +136,11 @@ pub fn spawn_with<W: Routine>(
 impl<W: Routine> Job<W> {
     fn name(&self) -> &'static str {
         self.work.name()
+    }
+
+    /// The term while the lease grants authority right now.
+    fn term(&self) -> Option<i64> {
+        granted_term(&self.state(), &*self.clock)
     }
 
     fn state(&self) -> LeaseState {
@@ -319,20 +320,10 @@ impl<W: Routine> Job<W> {
                 }
             };
             self.work.observe(&client).await;
-            for _ in 0..self.work.steps_per_tick() {
-                let Authority::Granted { epoch: term, .. } =
-                    self.state().authority(self.clock.now())
-                else {
-                    break;
-                };
-                match self.work.step(&client, term).await {
-                    Step::More => {}
-                    Step::Idle => break,
-                    Step::Fenced => {
-                        self.lose(LossCause::Fenced);
-                        break;
-                    }
-                }
+            let steps = self.work.steps_per_tick();
+            let step = |term| self.work.step(&client, term);
+            if steps_while_granted(steps, || self.term(), step).await == Step::Fenced {
+                self.lose(LossCause::Fenced);
             }
         }
     }
@@ -355,3 +346,35 @@ impl<W: Routine> Job<W> {
         }
     }
 }
+
+/// The term a lease in `state` grants authority under right now, if any: not while a renewal is
+/// unconfirmed, not at or past the safe deadline.
+pub(crate) fn granted_term(state: &LeaseState, clock: &dyn Clock) -> Option<i64> {
+    match state.authority(clock.now()) {
+        Authority::Granted { epoch, .. } => Some(epoch),
+        _ => None,
+    }
+}
+
+/// One runner tick's steps: at most `limit`, each under the term `term` grants right before it,
+/// until a step finds nothing more to do or is fenced. Returns the last step's answer
+/// ([`Step::Idle`] when authority was not granted).
+pub(crate) async fn steps_while_granted<F: Future<Output = Step>>(
+    limit: usize,
+    term: impl Fn() -> Option<i64>,
+    mut step: impl FnMut(i64) -> F,
+) -> Step {
+    for _ in 0..limit {
+        let Some(term) = term() else {
+            return Step::Idle;
+        };
+        match step(term).await {
+            Step::More => {}
+            other => return other,
+        }
+    }
+    Step::More
+}
+
+#[cfg(test)]
+mod tests;

@@ -4,43 +4,54 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use promql_parser::label::MatchOp;
+use promql_parser::parser::{Expr, VectorSelector};
 use serde_json::Value;
 
 use super::server::{repo_root, Prometheus};
 use super::{FAULT_ONLY, RATE_INTERVAL};
 
-/// Every name in `expr` that looks like one of this project's metrics or `up`. Names inside
-/// label matchers' quoted values never start with these prefixes followed by `_`, and recording
-/// rules (`allocator:...`) contain a colon, so they are not taken.
+/// This project's metric names and `up` that `expr` selects, read from its syntax tree: the
+/// name of every vector and range selector (or its `__name__="…"` matcher). Recording rules
+/// (`allocator:…`) and other exporters' metrics are not taken.
 fn metric_names(expr: &str, into: &mut BTreeSet<String>) {
-    let bytes = expr.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let starts_word = i == 0
-            || !(bytes[i - 1].is_ascii_alphanumeric()
-                || bytes[i - 1] == b'_'
-                || bytes[i - 1] == b':');
-        if starts_word && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_') {
-            let end = (i..bytes.len())
-                .find(|&j| {
-                    !(bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_' || bytes[j] == b':')
-                })
-                .unwrap_or(bytes.len());
-            let word = &expr[i..end];
-            let next = expr[end..].trim_start();
-            // `up` as a selector (`up{`, `up ==`, `up)`), not inside another word.
-            let is_up =
-                word == "up" && (next.starts_with('{') || next.starts_with(' ') || next.is_empty());
-            if is_up
-                || ((word.starts_with("allocator_") || word.starts_with("router_"))
-                    && !word.contains(':'))
-            {
-                into.insert(word.to_owned());
-            }
-            i = end;
-        } else {
-            i += 1;
-        }
+    let parsed = promql_parser::parser::parse(expr)
+        .unwrap_or_else(|e| panic!("`{expr}` is not PromQL: {e}"));
+    selected_names(&parsed, into);
+}
+
+fn selected_names(expr: &Expr, into: &mut BTreeSet<String>) {
+    let children: Vec<&Expr> = match expr {
+        Expr::Aggregate(a) => std::iter::once(&*a.expr)
+            .chain(a.param.as_deref())
+            .collect(),
+        Expr::Unary(u) => vec![&*u.expr],
+        Expr::Binary(b) => vec![&*b.lhs, &*b.rhs],
+        Expr::Paren(p) => vec![&*p.expr],
+        Expr::Subquery(s) => vec![&*s.expr],
+        Expr::Call(c) => c.args.args.iter().map(|a| &**a).collect(),
+        Expr::VectorSelector(vs) => return selector_name(vs, into),
+        Expr::MatrixSelector(ms) => return selector_name(&ms.vs, into),
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => Vec::new(),
+    };
+    for child in children {
+        selected_names(child, into);
+    }
+}
+
+fn selector_name(vs: &VectorSelector, into: &mut BTreeSet<String>) {
+    let name = vs.name.as_deref().or_else(|| {
+        vs.matchers
+            .matchers
+            .iter()
+            .find(|m| m.name == "__name__" && m.op == MatchOp::Equal)
+            .map(|m| m.value.as_str())
+    });
+    if let Some(name) = name.filter(|n| {
+        *n == "up"
+            || ((n.starts_with("allocator_") || n.starts_with("router_")) && !n.contains(':'))
+    }) {
+        into.insert(name.to_owned());
     }
 }
 
@@ -177,6 +188,14 @@ fn substitute(expr: &str, values: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// "All" for every template variable, as the panels' `=~` matchers take it.
+fn all_values() -> BTreeMap<String, String> {
+    dashboard_variables()
+        .into_keys()
+        .map(|name| (name, ".*".to_owned()))
+        .collect()
+}
+
 /// Every metric name the dashboards and `rule_exprs` use is declared in a metrics.rs and was
 /// scraped, unless only a fault creates it ([`FAULT_ONLY`]).
 pub(super) async fn assert_used_metrics_exist(
@@ -184,9 +203,10 @@ pub(super) async fn assert_used_metrics_exist(
     rule_exprs: &[(String, String)],
 ) {
     let panels = dashboard_panels();
+    let all = all_values();
     let mut used = BTreeSet::new();
     for panel in &panels {
-        metric_names(&panel.expr, &mut used);
+        metric_names(&substitute(&panel.expr, &all), &mut used);
     }
     for (_, expr) in rule_exprs {
         metric_names(expr, &mut used);
@@ -267,10 +287,10 @@ pub(super) async fn assert_panel_queries_answer(prometheus: &Prometheus, victim:
     let mut failures = Vec::new();
     let mut selected: BTreeSet<&str> = BTreeSet::new();
     for panel in &panels {
-        let mut names = BTreeSet::new();
-        metric_names(&panel.expr, &mut names);
-        let only_fault_counters = names.iter().all(|n| fault_only.contains_key(n.as_str()));
         let expr = substitute(&panel.expr, &all);
+        let mut names = BTreeSet::new();
+        metric_names(&expr, &mut names);
+        let only_fault_counters = names.iter().all(|n| fault_only.contains_key(n.as_str()));
         match prometheus.query(&expr).await {
             Err(e) => failures.push(format!(
                 "{} / {}: `{expr}`: {e}",
@@ -318,5 +338,54 @@ pub(super) async fn assert_panel_queries_answer(prometheus: &Prometheus, victim:
     eprintln!(
         "{} panel queries evaluated with \"All\" and with one of {one:?} at a time",
         panels.len()
+    );
+}
+
+/// The expressions of ops/prometheus/alerts.yml: (alert or record name, expr).
+fn alert_rule_exprs() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo_root().join("ops/prometheus/alerts.yml"))
+        .expect("read alerts.yml");
+    let rules: serde_norway::Value = serde_norway::from_str(&text).expect("alerts.yml is YAML");
+    let mut exprs = Vec::new();
+    for group in rules["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let name = rule["alert"]
+                .as_str()
+                .or(rule["record"].as_str())
+                .expect("named rule");
+            let expr = rule["expr"].as_str().expect("rule expr");
+            exprs.push((name.to_owned(), expr.to_owned()));
+        }
+    }
+    exprs
+}
+
+/// Without a server: every dashboard query (with "All" for its variables) and every rule of
+/// alerts.yml parses as PromQL and names only metrics a metrics.rs declares.
+#[test]
+fn dashboard_and_rule_queries_parse_and_name_declared_metrics() {
+    let all = all_values();
+    let declared = declared_metrics();
+    let mut used = BTreeSet::new();
+    for panel in dashboard_panels() {
+        metric_names(&substitute(&panel.expr, &all), &mut used);
+    }
+    let rules = alert_rule_exprs();
+    for (_, expr) in &rules {
+        metric_names(expr, &mut used);
+    }
+    let undeclared: Vec<_> = used
+        .iter()
+        .filter(|n| *n != "up" && !declared.contains(base_metric(n)))
+        .collect();
+    assert!(
+        undeclared.is_empty(),
+        "used but not declared: {undeclared:?}"
+    );
+    assert!(used.contains("up") && used.len() > 20, "{used:?}");
+    eprintln!(
+        "{} metric names in the dashboards and {} rules: {used:?}",
+        used.len(),
+        rules.len()
     );
 }

@@ -35,47 +35,31 @@ pub(super) fn prometheus_bin() -> Option<PathBuf> {
     None
 }
 
-/// ops/prometheus/prometheus.yml with only the targets replaced: everything before
-/// `scrape_configs:` (global settings, rule_files) is kept verbatim with the test rule file added
-/// to rule_files, and every scrape job keeps its name and metrics path but reads its targets from
-/// `<job>.json` (file_sd, written by the test). Returns the config and the job names.
+/// ops/prometheus/prometheus.yml with only the targets replaced: everything is kept (global
+/// settings, rule files, each scrape job's settings) except that the test rule file is added to
+/// `rule_files` and every scrape job reads its targets from `<job>.json` (file_sd, written by
+/// the test) instead of its static or file targets. Returns the config and the job names.
 fn derived_config(original: &str) -> (String, Vec<String>) {
-    let (head, scrape) = original
-        .split_once("\nscrape_configs:")
-        .expect("prometheus.yml has a top-level scrape_configs");
-    let mut config = String::new();
-    let mut rule_files = false;
-    for line in head.lines() {
-        config.push_str(line);
-        config.push('\n');
-        if line.trim_end() == "rule_files:" {
-            // List items of rule_files in prometheus.yml are indented by two spaces.
-            config.push_str("  - test-rules.yml\n");
-            rule_files = true;
-        }
-    }
-    assert!(rule_files, "prometheus.yml has no block rule_files list");
-    config.push_str("scrape_configs:\n");
+    use serde_norway::Value;
+    let mut config: Value = serde_norway::from_str(original).expect("prometheus.yml is YAML");
+    config["rule_files"]
+        .as_sequence_mut()
+        .expect("prometheus.yml has a rule_files list")
+        .push("test-rules.yml".into());
     let mut jobs = Vec::new();
-    let mut current: Option<(String, String)> = None;
-    let flush = |config: &mut String, job: Option<(String, String)>| {
-        if let Some((name, path)) = job {
-            config.push_str(&format!(
-                "  - job_name: {name}\n    metrics_path: {path}\n    file_sd_configs:\n      \
-                 - files: [{name}.json]\n        refresh_interval: 1s\n"
-            ));
-        }
-    };
-    for line in scrape.lines().map(str::trim) {
-        if let Some(name) = line.strip_prefix("- job_name:") {
-            flush(&mut config, current.take());
-            jobs.push(name.trim().to_owned());
-            current = Some((name.trim().to_owned(), "/metrics".to_owned()));
-        } else if let (Some(path), Some(job)) = (line.strip_prefix("metrics_path:"), &mut current) {
-            job.1 = path.trim().to_owned();
-        }
+    for job in config["scrape_configs"]
+        .as_sequence_mut()
+        .expect("prometheus.yml has a scrape_configs list")
+    {
+        let job = job.as_mapping_mut().expect("a scrape job is a mapping");
+        let name = job["job_name"].as_str().expect("job_name").to_owned();
+        job.remove("static_configs");
+        let targets = format!("[{{files: [{name}.json], refresh_interval: 1s}}]");
+        let file_sd = serde_norway::from_str(&targets).expect("file_sd_configs");
+        job.insert("file_sd_configs".into(), file_sd);
+        jobs.push(name);
     }
-    flush(&mut config, current);
+    let config = serde_norway::to_string(&config).expect("prometheus.yml again");
     (config, jobs)
 }
 
