@@ -26,6 +26,12 @@ const ALLOCATOR_REQUEST_TIMEOUT_MS: u64 = 2000;
 pub const PARTITIONS: u32 = 16;
 /// Settlement window of the replicas until a `window-change` fault restarts one with another.
 pub const SETTLEMENT_WINDOW_SECS: u64 = 5;
+/// Idempotency horizon of the replicas: short, so the retention job removes and archives
+/// during a run and the checker judges a history of which only the recent part is left.
+pub const RETENTION_HORIZON_SECS: u64 = 20;
+/// Span of the ledger's time partitions; the retention job archives them into the run's
+/// `ledger-archive` directory once past the horizon and settled.
+const LEDGER_PARTITION_SPAN_SECS: u64 = 10;
 
 /// What the cluster is built from.
 #[derive(Debug, Clone)]
@@ -115,6 +121,8 @@ impl Cluster {
         let migrate = std::process::Command::new(&spec.allocator_bin)
             .args(["migrate", "--database-url", &db_url, "--partitions"])
             .arg(PARTITIONS.to_string())
+            .arg("--ledger-partition-span-secs")
+            .arg(LEDGER_PARTITION_SPAN_SECS.to_string())
             .env("RUST_LOG", "warn")
             .output()
             .with_context(|| format!("running {} migrate", spec.allocator_bin.display()))?;
@@ -223,6 +231,15 @@ impl Cluster {
             "2",
             "--settlement-window-secs",
             &a.settlement_window_secs.to_string(),
+            "--idempotency-horizon-secs",
+            &RETENTION_HORIZON_SECS.to_string(),
+            "--ledger-archive-dir",
+            &self
+                .spec
+                .log_dir
+                .with_file_name("ledger-archive")
+                .display()
+                .to_string(),
         ]
         .iter()
         .map(|s| s.to_string())

@@ -139,7 +139,7 @@ async fn a_database_migrated_with_data_checks_clean() {
     .await;
 
     let dir = tempfile::tempdir().unwrap();
-    chaos::dump::write(&pg, &dir.path().join("dump.json"))
+    chaos::dump::write(&pg, &dir.path().join("dump.json"), None)
         .await
         .expect("dump");
     write_run(dir.path());

@@ -52,7 +52,7 @@ mod stale_epoch_write;
 mod testdata;
 
 pub use facts::Facts;
-pub use input::{Dump, LedgerRow, Op, Order, Outcome, Reservation, Run, Settled};
+pub use input::{ArchivedPrefix, Dump, LedgerRow, Op, Order, Outcome, Reservation, Run, Settled};
 
 /// One rule of the checker.
 pub struct Rule {

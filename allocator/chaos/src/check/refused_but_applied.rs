@@ -29,7 +29,7 @@ fn run(facts: &Facts) -> Vec<String> {
         .filter(|op| op.outcome == Outcome::Refused)
     {
         let id = op.id("reservation_id");
-        let status = facts.status(id);
+        let status = facts.final_status(id);
         let applied = match op.kind.as_str() {
             "reserve" => status.is_some_and(|s| s != "rejected") && !collided(facts, op, id),
             "confirm" => status == Some("confirmed") && !maybe_applied.contains(&("confirm", id)),
