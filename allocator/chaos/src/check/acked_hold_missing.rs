@@ -16,11 +16,10 @@ fn run(facts: &Facts) -> Vec<String> {
             continue;
         }
         let id = op.id("reservation_id");
+        // All of its rows archived: its reserve is among them.
         let reserves = facts
             .kinds_from_reserve(id)
-            .iter()
-            .filter(|k| **k == "reserve")
-            .count();
+            .map_or(1, |kinds| kinds.iter().filter(|k| **k == "reserve").count());
         match facts.dump.reservations.get(id) {
             None if facts.removed_past_horizon(id, facts.first_sent_us(id)) => {}
             None => found.push(format!(

@@ -124,13 +124,26 @@ impl<'a> Facts<'a> {
 
     /// The ledger kinds of reservation `id` from its reserve on: the dump's rows, after a
     /// `reserve` when the ledger starts later and its first row in the dump is a later
-    /// transition (the reserve was archived).
-    pub fn kinds_from_reserve(&self, id: &str) -> Vec<&'a str> {
+    /// transition (the reserve was archived). `None` when the ledger starts later, no row of
+    /// `id` is left and it was first asked for (when recorded) before the archived prefix
+    /// ends: every row it had may be archived, so there is nothing to compare.
+    pub fn kinds_from_reserve(&self, id: &str) -> Option<Vec<&'a str>> {
         let mut kinds = self.kinds(id);
-        if self.dump.archived.is_some() && kinds.first().is_some_and(|k| *k != "reserve") {
-            kinds.insert(0, "reserve");
+        let Some(archived) = &self.dump.archived else {
+            return Some(kinds);
+        };
+        match kinds.first() {
+            Some(&"reserve") => {}
+            Some(_) => kinds.insert(0, "reserve"),
+            None if self
+                .first_sent_us(id)
+                .is_none_or(|t| t < archived.before_us) =>
+            {
+                return None
+            }
+            None => {}
         }
-        kinds
+        Some(kinds)
     }
 
     /// Whether reservation `id`, absent from the dump, may have been removed past the horizon:

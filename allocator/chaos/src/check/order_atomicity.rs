@@ -74,9 +74,7 @@ fn placed(facts: &Facts, order: &str, lines: &[(String, i64)], found: &mut Vec<S
                 let status = facts.final_status(&id);
                 let reserves = facts
                     .kinds_from_reserve(&id)
-                    .iter()
-                    .filter(|k| **k == "reserve")
-                    .count();
+                    .map_or(1, |kinds| kinds.iter().filter(|k| **k == "reserve").count());
                 if status == Some(ARCHIVED) {
                     continue;
                 }
@@ -121,9 +119,7 @@ fn not_placed(
             .unwrap_or_default();
         let taken = facts
             .kinds_from_reserve(&id)
-            .iter()
-            .filter(|k| **k == "reserve")
-            .count();
+            .map_or(0, |kinds| kinds.iter().filter(|k| **k == "reserve").count());
         let back: Vec<_> = rows
             .iter()
             .filter(|r| matches!(r.kind.as_str(), "release" | "expire"))
