@@ -32,7 +32,8 @@ pub struct Facts<'a> {
     pub order_ids: HashSet<&'a str>,
     /// order id → its submissions in the history, in order.
     orders_sent: HashMap<&'a str, Vec<&'a Op>>,
-    /// reservation or order id → when an operation on it was first sent (µs), where recorded.
+    /// reservation id (of a single reserve) or order id → when it was first sent (µs), where
+    /// recorded.
     first_sent_us: HashMap<&'a str, i64>,
 }
 
@@ -83,11 +84,13 @@ impl<'a> Facts<'a> {
         let mut orders_sent: HashMap<&str, Vec<&Op>> = HashMap::new();
         let mut first_sent_us: HashMap<&str, i64> = HashMap::new();
         for op in history {
+            // Only what creates a reservation: a confirm or release may be sent long after.
             let id = match op.kind.as_str() {
-                "order" => op.id("order_id"),
-                _ => op.id("reservation_id"),
+                "order" => Some(op.id("order_id")),
+                "reserve" => Some(op.id("reservation_id")),
+                _ => None,
             };
-            if let Some(ms) = op.invoke_wall_ms {
+            if let (Some(id), Some(ms)) = (id, op.invoke_wall_ms) {
                 let first = first_sent_us.entry(id).or_insert(ms * 1000);
                 *first = (*first).min(ms * 1000);
             }
@@ -117,9 +120,16 @@ impl<'a> Facts<'a> {
         }
     }
 
-    /// When an operation on reservation or order `id` was first sent (µs), if recorded.
+    /// When order `id`, or a single reserve under reservation id `id`, was first sent (µs), if
+    /// recorded; for an order's line, when its order was, unless a single reserve took the id
+    /// earlier. Nothing under the id can be stamped earlier.
     pub fn first_sent_us(&self, id: &str) -> Option<i64> {
-        self.first_sent_us.get(id).copied()
+        let own = self.first_sent_us.get(id).copied();
+        let order = parse_line_id(id).and_then(|(o, _)| self.first_sent_us.get(o).copied());
+        match (own, order) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The ledger kinds of reservation `id` from its reserve on: the dump's rows, after a
