@@ -27,57 +27,14 @@ const SKU: &str = "migrated-sku";
 /// Take `partition/0` for `holder` with the next epoch, as a campaign does (so after V5 the
 /// history trigger records it).
 async fn acquire(pg: &Client, holder: &str) -> i64 {
-    pg.query_one(
-        "UPDATE leases SET holder_id = $1, epoch = epoch + 1, acquired_at = clock_timestamp(),
-                renewed_at = clock_timestamp(),
-                expires_at = clock_timestamp() + interval '1 minute'
-          WHERE name = 'partition/0'
-      RETURNING epoch",
-        &[&holder],
-    )
-    .await
-    .expect("acquire partition/0")
-    .get(0)
+    testkit::fenced::acquire(pg, "partition/0", holder).await
 }
 
-/// One fenced batch of `(op, id, amount)` commands on partition 0; every command must succeed.
+/// One fenced batch of `(op, id, amount)` commands on partition 0 and [`SKU`].
 async fn batch(pg: &Client, holder: &str, epoch: i64, commands: &[(&str, &str, i64)]) {
-    let n = commands.len();
-    let ops: Vec<&str> = commands.iter().map(|c| c.0).collect();
-    let ids: Vec<&str> = commands.iter().map(|c| c.1).collect();
-    let amounts: Vec<i64> = commands.iter().map(|c| c.2).collect();
-    let skus: Vec<Option<&str>> = commands
-        .iter()
-        .map(|c| matches!(c.0, "reserve" | "adjust").then_some(SKU))
-        .collect();
-    let ttls: Vec<Option<i32>> = commands
-        .iter()
-        .map(|c| (c.0 == "reserve").then_some(600))
-        .collect();
-    let rows = pg
-        .query(
-            "SELECT o_result FROM apply_fenced_batch($1, ARRAY[0], ARRAY[$2::bigint], $3, $4, $5,
-                                                     $6, $7, $8)",
-            &[
-                &holder,
-                &epoch,
-                &vec![0i32; n],
-                &ops,
-                &ids,
-                &skus,
-                &amounts,
-                &ttls,
-            ],
-        )
-        .await
-        .expect("apply_fenced_batch");
-    let results: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    assert!(
-        results
-            .iter()
-            .all(|r| matches!(r.as_str(), "created" | "transitioned" | "adjusted")),
-        "{commands:?} answered {results:?}"
-    );
+    let commands: Vec<(&str, &str, &str, i64)> =
+        commands.iter().map(|c| (c.0, c.1, SKU, c.2)).collect();
+    testkit::fenced::batch(pg, holder, 0, epoch, &commands).await
 }
 
 fn write_run(dir: &Path) {

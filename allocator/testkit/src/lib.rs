@@ -19,6 +19,8 @@
 //!   backends) or one process, from `/proc`; the load generator reports CPU per operation with
 //!   them.
 //! * [`TestPki`]: a CA with server and client certificates it signed, for HTTPS and mutual TLS.
+//! * [`fenced`]: leases and fenced batches written as an allocator writes them, for histories
+//!   built without a replica.
 //!
 //! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
 //! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
@@ -31,6 +33,7 @@
 
 pub mod api_client;
 pub mod browser;
+pub mod fenced;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

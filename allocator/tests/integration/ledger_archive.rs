@@ -7,42 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use allocator::retention::archive::{self, ArchiveSettings, Archived};
-use schema::wire::ReserveRequest;
 
 use crate::common::*;
 use crate::ledger_support::*;
 
 const SKUS: [&str; 3] = ["arch-a", "arch-b", "arch-c"];
-
-fn reserve(id: &str, sku: &str) -> ReserveRequest {
-    ReserveRequest {
-        reservation_id: id.parse().expect("valid id"),
-        sku: sku.parse().expect("valid sku"),
-        quantity: 1.try_into().expect("valid quantity"),
-        ttl_seconds: None,
-    }
-}
-
-/// Reserves for `duration`, each confirmed or released at once, so no hold is left to expire
-/// and the ledger stops growing when the load does.
-async fn load(replica: &TestReplica, prefix: &str, duration: Duration) -> usize {
-    let end = Instant::now() + duration;
-    let mut i = 0;
-    while Instant::now() < end {
-        i += 1;
-        let id = format!("{prefix}-{i}");
-        let answer = replica.api.reserve(&reserve(&id, SKUS[i % 3])).await;
-        assert_eq!(answer.status.as_u16(), 201, "{answer:?}");
-        let next = if i % 2 == 0 {
-            replica.api.confirm(&id).await
-        } else {
-            replica.api.release(&id).await
-        };
-        assert!(next.status.is_success(), "{next:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    i
-}
 
 fn allocator_command(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_allocator"))
@@ -95,7 +64,7 @@ async fn the_command_archives_into_files_that_restore_exactly_the_dropped_rows()
     for sku in SKUS {
         restock(&replica.url, sku, 1_000_000).await;
     }
-    load(&replica, "cmd", Duration::from_secs(5)).await;
+    resolved_load(&replica, "cmd", &SKUS, Duration::from_secs(5)).await;
     let pg = client(&db).await;
     let whole = digest(&pg, "ledger").await;
     let dir = tempfile::tempdir().unwrap();

@@ -6,36 +6,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use schema::wire::ReserveRequest;
-
 use crate::common::*;
 use crate::ledger_support::*;
 use crate::processes::spawn_replica_with;
 
 const SKUS: [&str; 2] = ["job-a", "job-b"];
-
-async fn confirm_load(replica: &TestReplica, prefix: &str, duration: Duration) {
-    let end = Instant::now() + duration;
-    let mut i = 0;
-    while Instant::now() < end {
-        i += 1;
-        let id = format!("{prefix}-{i}");
-        let request = ReserveRequest {
-            reservation_id: id.parse().unwrap(),
-            sku: SKUS[i % 2].parse().unwrap(),
-            quantity: (1 + (i % 3) as i64).try_into().unwrap(),
-            ttl_seconds: None,
-        };
-        assert_eq!(replica.api.reserve(&request).await.status.as_u16(), 201);
-        let next = if i % 3 == 0 {
-            replica.api.release(&id).await
-        } else {
-            replica.api.confirm(&id).await
-        };
-        assert!(next.status.is_success(), "{next:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 async fn scalar_i64(pg: &tokio_postgres::Client, sql: &str) -> i64 {
     pg.query_one(sql, &[])
@@ -86,7 +61,7 @@ async fn the_job_archives_and_settlement_goes_on_across_the_boundary() {
         restock(&replica.url, sku, 1_000_000).await;
     }
     let pg = client(&db).await;
-    confirm_load(&replica, "before", Duration::from_secs(10)).await;
+    resolved_load(&replica, "before", &SKUS, Duration::from_secs(10)).await;
     wait_until(
         &pg,
         "SELECT count(*) >= 3 AND sum(d_confirmed) > 0 FROM ledger_archives",
@@ -94,7 +69,7 @@ async fn the_job_archives_and_settlement_goes_on_across_the_boundary() {
         Duration::from_secs(60),
     )
     .await;
-    confirm_load(&replica, "after", Duration::from_secs(4)).await;
+    resolved_load(&replica, "after", &SKUS, Duration::from_secs(4)).await;
     wait_until(
         &pg,
         "SELECT (SELECT max(window_end) FROM settlement_runs WHERE status = 'settled')
@@ -185,14 +160,7 @@ const BIG: i64 = 600_000;
 async fn a_holder_killed_mid_export_leaves_the_partition_to_the_next_holder() {
     let db = migrated_database_with_span(PARTITIONS, 2).await;
     let pg = client(&db).await;
-    let first: String = pg
-        .query_one(
-            "SELECT name FROM ledger_partitions WHERE range_start IS NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let first = first_partition(&pg).await;
     pg.execute(
         "WITH bump AS (
              UPDATE ledger_positions SET last_position = last_position + $1 WHERE partition = 0

@@ -119,14 +119,7 @@ async fn a_populated_ledger_is_converted_with_every_row_and_column() {
     assert_eq!(digest(&pg, "ledger").await, before, "every row, unchanged");
     let columns_after: String = pg.query_one(columns, &[]).await.unwrap().get(0);
     assert_eq!(columns_after, columns_before, "every column, in order");
-    let first: String = pg
-        .query_one(
-            "SELECT name FROM ledger_partitions WHERE range_start IS NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let first = first_partition(&pg).await;
     assert_eq!(
         digest(&pg, &first).await,
         before,

@@ -1,71 +1,56 @@
-//! What the ledger partition and archive tests share: fenced batches written the way every
-//! allocator writes them (`apply_fenced_batch` under a lease taken as a campaign takes it), a
-//! digest of every ledger row, and a settled range written under the settlement job's term.
+//! What the ledger partition and archive tests share: a digest of every ledger row, counts and
+//! sums, a settled range and relay progress written under the settlement job's term, and a
+//! load whose every hold is resolved at once. Fenced batches are `testkit::fenced`'s.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
+use schema::wire::ReserveRequest;
+pub(crate) use testkit::fenced::{acquire, batch};
 use tokio_postgres::Client;
 
-/// Take lease `name` for `holder` with the next epoch, unexpired for a minute.
-pub(crate) async fn acquire(pg: &Client, name: &str, holder: &str) -> i64 {
-    pg.query_one(
-        "UPDATE leases SET holder_id = $2, epoch = epoch + 1, acquired_at = clock_timestamp(),
-                renewed_at = clock_timestamp(),
-                expires_at = clock_timestamp() + interval '1 minute'
-          WHERE name = $1
-      RETURNING epoch",
-        &[&name, &holder],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("acquire {name}: {e}"))
-    .get(0)
+use crate::common::TestReplica;
+
+/// Reserves of 1–3 units over `skus` for `duration`, every one confirmed (two in three) or
+/// released at once, so no hold is left to expire and the ledger stops growing with the load.
+pub(crate) async fn resolved_load(
+    replica: &TestReplica,
+    prefix: &str,
+    skus: &[&str],
+    duration: Duration,
+) {
+    let end = Instant::now() + duration;
+    let mut i = 0;
+    while Instant::now() < end {
+        i += 1;
+        let id = format!("{prefix}-{i}");
+        let request = ReserveRequest {
+            reservation_id: id.parse().expect("valid id"),
+            sku: skus[i % skus.len()].parse().expect("valid sku"),
+            quantity: (1 + (i % 3) as i64).try_into().expect("valid quantity"),
+            ttl_seconds: None,
+        };
+        let answer = replica.api.reserve(&request).await;
+        assert_eq!(answer.status.as_u16(), 201, "{answer:?}");
+        let next = if i % 3 == 0 {
+            replica.api.release(&id).await
+        } else {
+            replica.api.confirm(&id).await
+        };
+        assert!(next.status.is_success(), "{next:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
-/// One fenced batch of `(op, id, sku, amount)` on `partition`; every command must succeed.
-pub(crate) async fn batch(
-    pg: &Client,
-    holder: &str,
-    partition: i32,
-    epoch: i64,
-    commands: &[(&str, &str, &str, i64)],
-) {
-    let n = commands.len();
-    let ops: Vec<&str> = commands.iter().map(|c| c.0).collect();
-    let ids: Vec<&str> = commands.iter().map(|c| c.1).collect();
-    let skus: Vec<Option<&str>> = commands
-        .iter()
-        .map(|c| matches!(c.0, "reserve" | "adjust").then_some(c.2))
-        .collect();
-    let amounts: Vec<i64> = commands.iter().map(|c| c.3).collect();
-    let ttls: Vec<Option<i32>> = commands
-        .iter()
-        .map(|c| (c.0 == "reserve").then_some(600))
-        .collect();
-    let rows = pg
-        .query(
-            "SELECT o_result FROM apply_fenced_batch($1, ARRAY[$2::integer], ARRAY[$3::bigint],
-                                                     $4, $5, $6, $7, $8, $9)",
-            &[
-                &holder,
-                &partition,
-                &epoch,
-                &vec![partition; n],
-                &ops,
-                &ids,
-                &skus,
-                &amounts,
-                &ttls,
-            ],
-        )
-        .await
-        .expect("apply_fenced_batch");
-    let results: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    assert!(
-        results
-            .iter()
-            .all(|r| matches!(r.as_str(), "created" | "transitioned" | "adjusted")),
-        "{commands:?} answered {results:?}"
-    );
+/// The first partition (the one without a lower bound).
+pub(crate) async fn first_partition(pg: &Client) -> String {
+    pg.query_one(
+        "SELECT name FROM ledger_partitions WHERE range_start IS NULL",
+        &[],
+    )
+    .await
+    .expect("the first partition")
+    .get(0)
 }
 
 /// Row count and an MD5 of every row of `table` (all columns, in entry order).
