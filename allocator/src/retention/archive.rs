@@ -8,6 +8,10 @@
 //! it is settled and, where change events are relayed, every position in it published; the
 //! detaching statement checks all of it again under its own lock.
 //!
+//! Both steps lift the session's statement and idle-in-transaction timeouts for their own
+//! transaction: an export is as long as a partition is large, and its file is synced to disk
+//! before the transaction ends.
+//!
 //! 1. **Export**, in one `REPEATABLE READ` snapshot: the partition's row count, then
 //!    `COPY (SELECT * FROM p ORDER BY entry_id) TO STDOUT (FORMAT csv, HEADER)` streamed into
 //!    `DIR/<partition>.csv.partial` while hashing; fsync, rename to `<partition>.csv`, then
@@ -161,6 +165,7 @@ pub async fn archive_oldest(
         client
             .batch_execute(&format!(
                 "SET LOCAL statement_timeout = 0;
+                 SET LOCAL idle_in_transaction_session_timeout = 0;
                  SET LOCAL lock_timeout = {}",
                 DETACH_LOCK_WAIT.as_millis()
             ))
@@ -283,7 +288,8 @@ async fn export(client: &Client, name: &str, dir: &Path) -> Result<(i64, String,
         client
             .batch_execute(
                 "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
-                 SET LOCAL statement_timeout = 0",
+                 SET LOCAL statement_timeout = 0;
+                 SET LOCAL idle_in_transaction_session_timeout = 0",
             )
             .await?;
         let rows: i64 = client
