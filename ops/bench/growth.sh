@@ -117,7 +117,8 @@ growth_row() {
 # load_history N: N terminal reservations with random UUID ids changed within the last day, and
 # two ledger rows each (reserve, then confirm or release), on SKUs the load never uses.
 load_history() {
-    local done=0 n started=$SECONDS
+    local done=0 n started=$SECONDS ledger_before
+    ledger_before="$(psql_db -At "$DATABASE_URL" -c "SELECT count(*) FROM ledger")"
     while ((done < $1)); do
         n=$(($1 - done < CHUNK ? $1 - done : CHUNK))
         psql_db "$DATABASE_URL" -v n="$n" <<'SQL'
@@ -162,7 +163,7 @@ SQL
     local loaded=$((SECONDS - started))
     psql_db "$DATABASE_URL" -c "VACUUM ANALYZE reservations" -c "VACUUM ANALYZE ledger" -c "CHECKPOINT"
     local total=$((SECONDS - started)) ledger_rows
-    ledger_rows="$(psql_db -At "$DATABASE_URL" -c "SELECT count(*) FROM ledger WHERE kind <> 'restock'")"
+    ledger_rows="$(psql_db -At "$DATABASE_URL" -c "SELECT count(*) - $ledger_before FROM ledger")"
     # The 50-million estimate scales this run's rate; a larger load runs further out of memory.
     awk -v n="$1" -v l="$ledger_rows" -v s="$loaded" -v t="$total" 'BEGIN {
         s = s > 0 ? s : 1
