@@ -138,3 +138,80 @@ async fn run_archive(a: ArchiveArgs) -> Result<()> {
     println!("{archived} partition(s) archived");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::config::{Cli, Command};
+
+    use super::*;
+
+    fn ledger(args: &[&str]) -> Result<LedgerCommand, clap::Error> {
+        let argv = ["allocator", "ledger"].iter().chain(args);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Ledger(l) => Ok(l.command),
+            other => panic!("ledger expected, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn archive_takes_a_time_bound_and_the_replicas_settings() {
+        let LedgerCommand::Archive(a) = ledger(&[
+            "archive",
+            "--database-url",
+            "postgres://x/y",
+            "--to",
+            "/archive",
+            "--before",
+            "2025-01-31T01:00:00+01:00",
+        ])
+        .unwrap() else {
+            panic!("archive expected")
+        };
+        assert_eq!(a.to, PathBuf::from("/archive"));
+        assert_eq!(
+            a.before.map(|t| t.to_rfc3339()).as_deref(),
+            Some("2025-01-31T00:00:00+00:00")
+        );
+        assert_eq!(a.idempotency_horizon_secs, 604_800, "the replicas' default");
+        assert!(!a.events && !a.dry_run);
+    }
+
+    #[test]
+    fn a_time_that_is_not_rfc_3339_is_refused() {
+        let err = ledger(&[
+            "archive",
+            "--database-url",
+            "postgres://x/y",
+            "--to",
+            "/archive",
+            "--before",
+            "yesterday",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("RFC 3339"), "{err}");
+    }
+
+    #[test]
+    fn restore_needs_a_file_and_a_table() {
+        assert!(ledger(&["restore", "--database-url", "postgres://x/y"]).is_err());
+        let LedgerCommand::Restore(r) = ledger(&[
+            "restore",
+            "--database-url",
+            "postgres://x/y",
+            "--from",
+            "/a/ledger_x.csv",
+            "--into",
+            "t",
+        ])
+        .unwrap() else {
+            panic!("restore expected")
+        };
+        assert_eq!(
+            (r.from, r.into),
+            (PathBuf::from("/a/ledger_x.csv"), "t".into())
+        );
+    }
+}
