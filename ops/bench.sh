@@ -153,9 +153,9 @@ if [[ -n "${BENCH_SKIP_BUILD:-}" ]]; then
     info "BENCH_SKIP_BUILD set: not building"
 else
     command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust via rustup)"
-    step "cargo build --release -p allocator -p router -p loadtest"
+    step "cargo build --release -p allocator -p router -p loadtest -p testkit"
     run_child cargo build --manifest-path "$REPO_ROOT/Cargo.toml" --release \
-        -p allocator -p router -p loadtest || die "cargo build failed"
+        -p allocator -p router -p loadtest -p testkit || die "cargo build failed"
 fi
 for bin in "$LOADTEST" "${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}" "${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"; do
     [[ -x "$bin" ]] || die "$bin not found (build it or unset BENCH_SKIP_BUILD)"
@@ -208,7 +208,7 @@ use_cluster() {
     REDIS_PORT="${REDIS_URL#redis://}"
     REDIS_PORT="${REDIS_PORT%%/*}"
     REDIS_PORT="${REDIS_PORT##*:}"
-    PG_PID="$(head -n1 "$(cat "$state/services/pg.base")/data/postmaster.pid" 2>/dev/null || true)"
+    PG_PID="$(head -n1 "$state/run/postgres.pid" 2>/dev/null || true)"
     ALLOC_PID="$(head -n1 "$state/run/alloc-1.pid" 2>/dev/null || true)"
     ROUTER_PID="$(head -n1 "$state/run/router-1.pid" 2>/dev/null || true)"
     for v in PG_PID ALLOC_PID ROUTER_PID; do

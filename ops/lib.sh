@@ -5,8 +5,9 @@
 #
 # Provides: logging (log/info/warn/die/step), repository paths (REPO_ROOT, CLUSTER_DIR),
 # package installation (ensure_packages), PostgreSQL discovery (pg_bin_dir), free TCP ports
-# (free_port, free_ports), readiness polling (wait_http, wait_tcp) and small process helpers
-# (pid_alive, stop_pid).
+# (free_port, free_ports), readiness polling (wait_http, wait_tcp), small process helpers
+# (pid_alive, stop_pid) and the cluster launcher (cluster_bin, cluster_launcher,
+# with_cluster_lock).
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     echo "ops/lib.sh holds helpers for the other ops/ scripts; source it, do not run it" >&2
@@ -309,6 +310,37 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
     sleep 0.2
     return 2
+}
+
+# cluster_bin: prints the cluster launcher (testkit's `cluster` binary, which ops/cluster.sh and
+# ops/services.sh wrap): $CLUSTER_BIN, else the one beside $CLUSTER_ALLOCATOR_BIN, else the
+# release or debug build; builds a debug one when there is none.
+cluster_bin() {
+    local target="${CARGO_TARGET_DIR:-$REPO_ROOT/target}" bin
+    for bin in "${CLUSTER_BIN:-}" "${CLUSTER_ALLOCATOR_BIN:+$(dirname "$CLUSTER_ALLOCATOR_BIN")/cluster}" \
+        "$target/release/cluster" "$target/debug/cluster"; do
+        [[ -n "$bin" && -x "$bin" ]] && { printf '%s\n' "$bin"; return 0; }
+    done
+    command -v cargo >/dev/null 2>&1 || { err "no cluster binary and no cargo to build it"; return 1; }
+    info "building the cluster launcher (cargo build -p testkit --bin cluster)"
+    (cd "$REPO_ROOT" && cargo build -q -p testkit --bin cluster </dev/null >&2) || return 1
+    printf '%s\n' "$target/debug/cluster"
+}
+
+# cluster_launcher ARGS...: the cluster binary with ARGS (8>&-: it must not inherit the lock).
+cluster_launcher() {
+    local bin
+    bin="$(cluster_bin)" || die "no cluster launcher binary"
+    "$bin" "$@" 8>&-
+}
+
+# with_cluster_lock CMD...: runs CMD holding $CLUSTER_DIR/.cluster.lock, so that one `up` or
+# `down` (of ops/cluster.sh or ops/services.sh) runs at a time per cluster directory.
+with_cluster_lock() {
+    mkdir -p "$CLUSTER_DIR"
+    exec 8>"$CLUSTER_DIR/.cluster.lock"
+    flock -w 600 8 || die "another up/down holds $CLUSTER_DIR/.cluster.lock"
+    "$@"
 }
 
 # load_cluster_env: sources $CLUSTER_DIR/env when it exists (DATABASE_URL, REDIS_URL, ...).

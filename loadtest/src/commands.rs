@@ -8,7 +8,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use schema::wire::{limits, Quantity, ReservationId, Sku, TtlSeconds};
 
-use crate::client::{Api, RetryPolicy};
+use allocator_client::backoff::Backoff;
+use allocator_client::Client;
 
 use crate::report::RunConfig;
 use crate::skew::{Skew, SkuPicker};
@@ -181,15 +182,15 @@ impl Common {
         Ok(())
     }
 
-    fn api(&self, max_idle: usize) -> anyhow::Result<Api> {
-        Api::new(
+    fn api(&self, max_idle: usize) -> anyhow::Result<Client> {
+        crate::client::api(
             &self.target,
             Duration::from_millis(self.request_timeout_ms),
             Duration::from_millis(self.connect_timeout_ms.max(1)),
-            RetryPolicy {
-                deadline: Duration::from_millis(self.retry_deadline_ms),
-                backoff_base: Duration::from_millis(self.backoff_base_ms.max(1)),
-                backoff_max: Duration::from_millis(self.backoff_max_ms.max(1)),
+            Duration::from_millis(self.retry_deadline_ms),
+            Backoff {
+                base: Duration::from_millis(self.backoff_base_ms.max(1)),
+                max: Duration::from_millis(self.backoff_max_ms.max(1)),
             },
             max_idle,
         )

@@ -5,18 +5,15 @@
 
 use std::time::Instant;
 
+use allocator_client::{Client, Error};
 use rand::Rng;
-use schema::wire::{
-    InvalidValue, OrderLine, OrderRequest, Reservation, ReservationStatus, ReserveRequest,
-};
-use serde::Deserialize;
+use schema::wire::{InvalidValue, OrderLine, OrderRequest, ReservationStatus, ReserveRequest};
 
-use crate::client::{Api, Final};
+use crate::client::{failure_label, may_hold};
 use crate::report::RunConfig;
 use crate::skew::SkuPicker;
 use crate::stats::{OpTrace, Tracked, WorkerStats};
 use crate::timeline::{Outcome, Timeline};
-use schema::path::encode_segment;
 
 pub fn sku_name(prefix: &str, index: usize) -> String {
     format!("{prefix}-{index}")
@@ -39,12 +36,6 @@ pub fn choose_action(u: f64, confirm: f64, release: f64) -> Action {
     } else {
         Action::Leave
     }
-}
-
-/// The body of a placed order (`201`/`200`).
-#[derive(Debug, Deserialize)]
-struct OrderPlaced {
-    reservations: Vec<Reservation>,
 }
 
 /// What one iteration did; applied to [`WorkerStats`] by [`Record::apply`].
@@ -92,7 +83,7 @@ impl Record {
 /// Run one iteration under the id prefix `id`. `origin` is the intended start (open loop): the
 /// first request's latency counts from it.
 pub async fn iterate<R: Rng + ?Sized>(
-    api: &Api,
+    api: &Client,
     c: &RunConfig,
     picker: &SkuPicker,
     id: String,
@@ -109,8 +100,8 @@ pub async fn iterate<R: Rng + ?Sized>(
         let action = choose_action(rng.random::<f64>(), c.confirm_ratio, c.release_ratio);
         let status = match action {
             Action::Leave => Some(ReservationStatus::Held),
-            Action::Confirm => transition(api, "confirm", &reservation_id, rng, &mut record).await,
-            Action::Release => transition(api, "release", &reservation_id, rng, &mut record).await,
+            Action::Confirm => transition(api, "confirm", &reservation_id, &mut record).await,
+            Action::Release => transition(api, "release", &reservation_id, &mut record).await,
         };
         match status {
             Some(status) => record.known.push((k, status, c.quantity, reservation_id)),
@@ -133,7 +124,7 @@ pub fn checked<V, T: TryFrom<V, Error = InvalidValue>>(value: V) -> T {
 
 /// A single reservation. Returns the hold (sku index, id) when it is held.
 async fn reserve<R: Rng + ?Sized>(
-    api: &Api,
+    api: &Client,
     c: &RunConfig,
     picker: &SkuPicker,
     reservation_id: String,
@@ -150,42 +141,33 @@ async fn reserve<R: Rng + ?Sized>(
         ttl_seconds: Some(checked(c.ttl_seconds)),
     };
     let mut trace = OpTrace::default();
-    let outcome = api
-        .post_json("/v1/reservations", &request, origin, &mut trace, rng)
-        .await;
+    let started = Instant::now();
+    let outcome = api.reserve(&request).observe(&mut trace).await;
+    trace.latency = origin.unwrap_or(started).elapsed();
     let mut unknown = false;
     let mut held = Vec::new();
     let label = match outcome {
-        Final::Answer {
-            status: code @ (200 | 201),
-            body,
-        } => match serde_json::from_slice::<Reservation>(&body) {
-            Ok(r) if r.status == ReservationStatus::Held => {
-                held.push((k, reservation_id.clone()));
-                if code == 201 { "created" } else { "replayed" }.to_owned()
+        Ok(reply) if reply.value.status == ReservationStatus::Held => {
+            held.push((k, reservation_id.clone()));
+            if reply.status == 201 {
+                "created"
+            } else {
+                "replayed"
             }
-            Ok(r) => {
-                // A replay of a hold that has moved on (expired): count it as it is now.
-                record
-                    .known
-                    .push((k, r.status, c.quantity, reservation_id.clone()));
-                format!("replayed_{}", r.status.as_str())
-            }
-            Err(_) => {
-                unknown = true;
-                format!("unparsable_{code}")
-            }
-        },
-        Final::Answer { status: 409, .. } => "insufficient_stock".to_owned(),
-        Final::Answer { status: 422, .. } => "idempotency_mismatch".to_owned(),
-        Final::Answer { status, .. } => {
-            // A 5xx may have been applied; a 4xx was refused.
-            unknown = status >= 500;
-            format!("http_{status}")
+            .to_owned()
         }
-        Final::GaveUp { cause } => {
-            unknown = true;
-            format!("gave_up_{cause}")
+        Ok(reply) => {
+            // A replay of a hold that has moved on (expired): count it as it is now.
+            let status = reply.value.status;
+            record
+                .known
+                .push((k, status, c.quantity, reservation_id.clone()));
+            format!("replayed_{}", status.as_str())
+        }
+        Err(error) => {
+            // Refused: nothing held. Unknown, given up or a 5xx: learn it after the run.
+            unknown = may_hold(&error);
+            failure_label(&error)
         }
     };
     record.ops.push(("reserve", trace, label, Instant::now()));
@@ -202,7 +184,7 @@ async fn reserve<R: Rng + ?Sized>(
 /// An all-or-nothing order of `order_lines` lines (router only). Line `i` is the reservation
 /// `order:{order_id}:{i}` ([`schema::wire::order_line_id`]). Returns the held lines.
 async fn order<R: Rng + ?Sized>(
-    api: &Api,
+    api: &Client,
     c: &RunConfig,
     picker: &SkuPicker,
     order_id: &str,
@@ -224,46 +206,42 @@ async fn order<R: Rng + ?Sized>(
             .collect(),
         ttl_seconds: Some(checked(c.ttl_seconds)),
     };
-    let path = format!("/v1/orders/{}/reservations", encode_segment(order_id));
     let mut trace = OpTrace::default();
-    let outcome = api
-        .post_json(&path, &request, origin, &mut trace, rng)
-        .await;
+    let started = Instant::now();
+    let outcome = api.order(order_id, &request).observe(&mut trace).await;
+    trace.latency = origin.unwrap_or(started).elapsed();
     let line_id = |i: usize| schema::wire::order_line_id(order_id, i);
     let mut held = Vec::new();
     let mut unknown = false;
     let label = match outcome {
-        Final::Answer {
-            status: code @ (200 | 201),
-            body,
-        } => match serde_json::from_slice::<OrderPlaced>(&body) {
-            Ok(placed) if placed.reservations.len() == picks.len() => {
-                for (i, r) in placed.reservations.iter().enumerate() {
-                    if r.status == ReservationStatus::Held {
-                        held.push((picks[i], line_id(i)));
-                    } else {
-                        record
-                            .known
-                            .push((picks[i], r.status, c.quantity, line_id(i)));
-                    }
+        Ok(reply) if reply.value.reservations.len() == picks.len() => {
+            for (i, r) in reply.value.reservations.iter().enumerate() {
+                if r.status == ReservationStatus::Held {
+                    held.push((picks[i], line_id(i)));
+                } else {
+                    record
+                        .known
+                        .push((picks[i], r.status, c.quantity, line_id(i)));
                 }
-                if code == 201 { "placed" } else { "replayed" }.to_owned()
             }
-            _ => {
-                unknown = true;
-                format!("unparsable_{code}")
+            if reply.status == 201 {
+                "placed"
+            } else {
+                "replayed"
             }
-        },
+            .to_owned()
+        }
+        Ok(reply) => {
+            unknown = true;
+            format!("unparsable_{}", reply.status.as_u16())
+        }
         // Decided failure: the router released every line it had held, nothing of the order
         // stays held (checked by the accounting).
-        Final::Answer { status: 409, .. } => "order_failed".to_owned(),
-        Final::Answer { status, .. } => {
-            unknown = status >= 500 || status == 422;
-            format!("http_{status}")
-        }
-        Final::GaveUp { cause } => {
-            unknown = true;
-            format!("gave_up_{cause}")
+        Err(error @ Error::OrderFailed(_)) => failure_label(&error),
+        Err(error) => {
+            // An order id stored with other lines (422) leaves that order's holds as they were.
+            unknown = may_hold(&error) || matches!(error, Error::IdempotencyMismatch(_));
+            failure_label(&error)
         }
     };
     record.ops.push(("order", trace, label, Instant::now()));
@@ -280,33 +258,32 @@ async fn order<R: Rng + ?Sized>(
 }
 
 /// Confirm or release a hold. Returns its status, or `None` when unknown (learnt after the run).
-async fn transition<R: Rng + ?Sized>(
-    api: &Api,
+async fn transition(
+    api: &Client,
     op: &'static str,
     reservation_id: &str,
-    rng: &mut R,
     record: &mut Record,
 ) -> Option<ReservationStatus> {
-    let path = format!("/v1/reservations/{}/{op}", encode_segment(reservation_id));
     let mut trace = OpTrace::default();
-    let outcome = api.post_empty(&path, &mut trace, rng).await;
+    let started = Instant::now();
+    let call = if op == "confirm" {
+        api.confirm(reservation_id)
+    } else {
+        api.release(reservation_id)
+    };
+    let outcome = call.observe(&mut trace).await;
+    trace.latency = started.elapsed();
     let (label, status) = match outcome {
-        Final::Answer { status: 200, body } => match serde_json::from_slice::<Reservation>(&body) {
-            Ok(r) => {
-                let label = match (op, r.status) {
-                    ("confirm", ReservationStatus::Confirmed) => "confirmed".to_owned(),
-                    ("release", ReservationStatus::Released) => "released".to_owned(),
-                    (_, other) => format!("ok_but_{}", other.as_str()),
-                };
-                (label, Some(r.status))
-            }
-            Err(_) => ("unparsable_200".to_owned(), None),
-        },
-        // 409 invalid-state (expired?), 404, 5xx: learn the state after the run.
-        Final::Answer { status: 409, .. } => ("invalid_state".to_owned(), None),
-        Final::Answer { status: 404, .. } => ("not_found".to_owned(), None),
-        Final::Answer { status, .. } => (format!("http_{status}"), None),
-        Final::GaveUp { cause } => (format!("gave_up_{cause}"), None),
+        Ok(reply) => {
+            let label = match (op, reply.value.status) {
+                ("confirm", ReservationStatus::Confirmed) => "confirmed".to_owned(),
+                ("release", ReservationStatus::Released) => "released".to_owned(),
+                (_, other) => format!("ok_but_{}", other.as_str()),
+            };
+            (label, Some(reply.value.status))
+        }
+        // 409 invalid-state (expired?), 404, 5xx, unknown: learn the state after the run.
+        Err(error) => (failure_label(&error), None),
     };
     record.ops.push((op, trace, label, Instant::now()));
     status

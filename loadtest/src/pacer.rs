@@ -17,12 +17,12 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::mpsc;
 
-use crate::client::Api;
 use crate::iteration::{iterate, worker_seed};
 use crate::report::RunConfig;
 use crate::skew::SkuPicker;
 use crate::stats::WorkerStats;
 use crate::timeline::SharedTimeline;
+use allocator_client::Client;
 
 /// The arrival schedule: offsets `i / rate` from the origin for `i < limit`.
 #[derive(Debug, Clone)]
@@ -99,7 +99,7 @@ pub fn classify_start(
 }
 
 pub struct OpenLoop {
-    pub api: Api,
+    pub api: Client,
     pub config: RunConfig,
     pub picker: SkuPicker,
     pub rate: f64,

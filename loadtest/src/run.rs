@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use allocator_client::{Client, Error};
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use schema::wire::{Inventory, Reservation, ReservationStatus};
+use schema::wire::{Inventory, ReservationStatus};
 
 use crate::check::{check_sku, shown_skus, Counts, InvariantReport};
-use crate::client::{Api, Final};
 use crate::cpu::{CpuMeter, Watch};
 use crate::iteration::{iterate, sku_name, worker_seed};
 use crate::pacer::{run_open_loop, OpenLoop};
@@ -22,7 +22,6 @@ use crate::report::{Report, RunConfig};
 use crate::skew::SkuPicker;
 use crate::stats::{SkuTally, Tracked, WorkerStats};
 use crate::timeline::{SharedTimeline, Timeline};
-use schema::path::encode_segment;
 
 /// Holds are read back after the load when their TTL is shorter than the run plus the settle
 /// time plus this margin (the service's clock decides; this only avoids useless reads).
@@ -31,37 +30,24 @@ const EXPIRY_MARGIN_SECS: f64 = 30.0;
 const READBACK_ROUNDS: usize = 4;
 
 /// GET /v1/inventory/{sku} with retries: `Ok(None)` for 404.
-async fn fetch_inventory(api: &Api, sku: &str, seed: u64) -> Result<Option<Inventory>, String> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let path = format!("/v1/inventory/{}", encode_segment(sku));
-    match api.get(&path, &mut rng).await {
-        Final::Answer { status: 200, body } => serde_json::from_slice::<Inventory>(&body)
-            .map(Some)
-            .map_err(|e| format!("GET inventory {sku}: unparsable body: {e}")),
-        Final::Answer { status: 404, .. } => Ok(None),
-        Final::Answer { status, body } => Err(format!(
-            "GET inventory {sku}: HTTP {status}: {}",
-            String::from_utf8_lossy(&body)
-        )),
-        Final::GaveUp { cause } => Err(format!("GET inventory {sku}: gave up ({cause})")),
+async fn fetch_inventory(api: &Client, sku: &str) -> Result<Option<Inventory>, String> {
+    match api.inventory(sku).await {
+        Ok(reply) => Ok(Some(reply.value)),
+        Err(Error::NotFound(_)) => Ok(None),
+        Err(error) => Err(format!("GET inventory {sku}: {error}")),
     }
 }
 
 pub type InventoryReads = BTreeMap<usize, Result<Option<Inventory>, String>>;
 
 pub async fn fetch_inventories(
-    api: &Api,
+    api: &Client,
     prefix: &str,
     indexes: Vec<usize>,
     concurrency: usize,
 ) -> InventoryReads {
     futures::stream::iter(indexes)
-        .map(|k| async move {
-            (
-                k,
-                fetch_inventory(api, &sku_name(prefix, k), k as u64).await,
-            )
-        })
+        .map(|k| async move { (k, fetch_inventory(api, &sku_name(prefix, k)).await) })
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await
@@ -70,23 +56,18 @@ pub async fn fetch_inventories(
 /// GET /v1/reservations/{id} for each: `Ok(None)` when nothing is held under the id (never
 /// created: 404; refused for stock: 409).
 async fn read_statuses(
-    api: &Api,
+    api: &Client,
     tracked: &[Tracked],
     concurrency: usize,
 ) -> Vec<Result<Option<ReservationStatus>, String>> {
-    futures::stream::iter(tracked.iter().enumerate())
-        .map(|(i, t)| async move {
-            let mut rng = StdRng::seed_from_u64(i as u64);
-            let path = format!("/v1/reservations/{}", encode_segment(&t.reservation_id));
-            match api.get(&path, &mut rng).await {
-                Final::Answer { status: 200, body } => serde_json::from_slice::<Reservation>(&body)
-                    .map(|r| Some(r.status))
-                    .map_err(|e| e.to_string()),
-                Final::Answer {
-                    status: 404 | 409, ..
-                } => Ok(None),
-                Final::Answer { status, .. } => Err(format!("HTTP {status}")),
-                Final::GaveUp { cause } => Err(format!("gave up ({cause})")),
+    futures::stream::iter(tracked)
+        .map(|t| async move {
+            match api.reservation(&t.reservation_id).await {
+                Ok(reply) => Ok(Some(reply.value.status)),
+                Err(Error::NotFound(_) | Error::InsufficientStock(_) | Error::InvalidState(_)) => {
+                    Ok(None)
+                }
+                Err(error) => Err(error.to_string()),
             }
         })
         .buffered(concurrency.max(1))
@@ -128,7 +109,7 @@ pub fn apply_readback(
 }
 
 pub struct RunParams {
-    pub api: Api,
+    pub api: Client,
     pub config: RunConfig,
     pub picker: SkuPicker,
     /// Open loop: in-flight bound (closed loop uses `config.concurrency` workers).
@@ -150,7 +131,7 @@ pub struct RunParams {
 /// What the closed-loop workers share.
 #[derive(Clone)]
 struct Closed {
-    api: Api,
+    api: Client,
     config: Arc<RunConfig>,
     picker: Arc<SkuPicker>,
     stop: Arc<AtomicBool>,

@@ -4,27 +4,25 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use allocator_client::Client;
 use futures::StreamExt;
-use rand::rngs::StdRng;
-use rand::SeedableRng;
 use schema::partition::partition_for;
 use schema::wire::AdjustmentRequest;
 use serde::Serialize;
 
 use crate::check::{check_sku, Counts, SkuCheck};
-use crate::client::{Api, Final};
+use crate::client::failure_label;
 use crate::iteration::{checked, sku_name};
 use crate::report::fmt_counts;
 use crate::run::fetch_inventories;
 use crate::stats::{bump, OpTrace, SkuTally};
-use schema::path::encode_segment;
 
 // ------------------------------------------------------------------------------------------------
 // seed
 // ------------------------------------------------------------------------------------------------
 
 pub struct SeedParams {
-    pub api: Api,
+    pub api: Client,
     pub skus: usize,
     pub stock: i64,
     pub prefix: String,
@@ -84,32 +82,17 @@ pub async fn seed(p: SeedParams) -> SeedReport {
         .map(|k| async move {
             let sku = sku_name(prefix, k);
             let mut trace = OpTrace::default();
-            let mut rng = StdRng::seed_from_u64(k as u64);
             let body = AdjustmentRequest {
                 adjustment_id: checked(format!("seed-{sku}-{stock}")),
                 delta: checked(stock),
             };
-            let outcome = match api
-                .post_json(
-                    &format!("/v1/inventory/{}/adjustments", encode_segment(&sku)),
-                    &body,
-                    None,
-                    &mut trace,
-                    &mut rng,
-                )
-                .await
-            {
-                Final::Answer { status: 201, .. } => "created".to_owned(),
-                Final::Answer { status: 200, .. } => "replayed".to_owned(),
-                Final::Answer { status, body } => format!(
-                    "http_{status}: {}",
-                    String::from_utf8_lossy(&body)
-                        .chars()
-                        .take(200)
-                        .collect::<String>()
-                ),
-                Final::GaveUp { cause } => format!("gave_up_{cause}"),
+            let started = Instant::now();
+            let outcome = match api.adjust(&sku, &body).observe(&mut trace).await {
+                Ok(reply) if reply.status == 201 => "created".to_owned(),
+                Ok(_) => "replayed".to_owned(),
+                Err(error) => format!("{}: {error}", failure_label(&error)),
             };
+            trace.latency = started.elapsed();
             (k, outcome, trace)
         })
         .buffer_unordered(p.concurrency.max(1))
@@ -163,7 +146,7 @@ pub struct CheckReport {
 }
 
 /// I1 over `{prefix}-0..N`: `available >= 0` and `on_hand = available + held + confirmed`.
-pub async fn check(api: &Api, prefix: &str, skus: usize, concurrency: usize) -> CheckReport {
+pub async fn check(api: &Client, prefix: &str, skus: usize, concurrency: usize) -> CheckReport {
     let reads = fetch_inventories(api, prefix, (0..skus).collect(), concurrency).await;
     let mut errors = Vec::new();
     let mut violations = Vec::new();

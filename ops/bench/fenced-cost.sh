@@ -77,7 +77,7 @@ rm -f "$DIR"/row* "$DIR/table.md"
 step "private durable PostgreSQL with pg_stat_statements"
 bench_services_up allocator_cost \
     "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top -c pg_stat_statements.track_planning=on -c max_connections=300"
-POSTMASTER="$(head -n 1 "$(cat "$CLUSTER_DIR/services/pg.base")/data/postmaster.pid")"
+POSTMASTER="$(head -n 1 "$CLUSTER_DIR/run/postgres.pid")"
 "$ALLOCATOR" migrate --database-url "$DATABASE_URL" --partitions "$PARTITIONS" >"$DIR/migrate.log" 2>&1
 psql_db "$DATABASE_URL" -c "CREATE EXTENSION pg_stat_statements"
 seed() {

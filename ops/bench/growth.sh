@@ -28,7 +28,7 @@
 # The history loader reports its speed (reservations and ledger rows per second, and what that
 # makes of a 50-million-row load) in the table and in $GROWTH_DIR/load.txt.
 #
-# Knobs (environment): GROWTH_HISTORY (2000000; the full run is 50000000, about 20 GB), GROWTH_DURATION
+# Knobs (environment): GROWTH_HISTORY (2000000; the full run is 50000000, about 30 GB), GROWTH_DURATION
 # (15 s per growth row), GROWTH_CONCURRENCY (64), GROWTH_SKUS (10000), GROWTH_PARTITIONS (16),
 # GROWTH_SHARED_BUFFERS (256MB), GROWTH_HORIZON_SECS (20), GROWTH_STEADY_SECS (180),
 # GROWTH_STEADY_RATE (500), GROWTH_PARTITION_SPAN_SECS (10), GROWTH_WINDOW_SECS (5),

@@ -4,7 +4,8 @@
 # execute it.
 #
 # Provides: cleanup of what the run started on exit (the allocator, the private servers),
-# bench_services_up (a private durable PostgreSQL and Redis from ops/services.sh, its env sourced,
+# bench_services_up (a private durable PostgreSQL and Redis from ops/services.sh, i.e. testkit's
+# servers through the cluster launcher; its env sourced,
 # PG_PORT), psql_db, and bench_start_allocator / bench_stop_allocator (one replica that owns
 # every partition; ALLOC_PID, ALLOC_URL).
 

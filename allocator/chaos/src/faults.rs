@@ -164,10 +164,9 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
             let i = rng.random_range(0..replicas);
             let hold = ms(rng, LEASE_TTL_MS + 800..=LEASE_TTL_MS + 2500);
             let a = &mut cluster.allocators[i];
-            let p = a.process.as_mut().context("allocator not running")?;
-            p.sigstop()?;
+            a.freeze()?;
             tokio::time::sleep(hold).await;
-            p.sigcont()?;
+            a.thaw()?;
             (
                 a.id.clone(),
                 format!("sigstop for {} ms, then sigcont", hold.as_millis()),
@@ -206,7 +205,7 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
         }
         Fault::PgRestart => {
             let t0 = Instant::now();
-            cluster.pg.primary_mut().restart().await?;
+            cluster.pg().primary_mut().restart().await?;
             cluster.pg_restarts += 1;
             (
                 "postgres".into(),
@@ -248,8 +247,10 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
         Fault::RouterKill => {
             let i = rng.random_range(0..cluster.routers.len());
             let down = ms(rng, 500..=1500);
-            let r = &mut cluster.routers[i];
-            let p = r.process.as_mut().context("router not running")?;
+            let p = cluster.routers[i]
+                .process
+                .as_mut()
+                .context("router not running")?;
             p.sigkill()?;
             p.wait_exit(Duration::from_secs(10)).await?;
             tokio::time::sleep(down).await;
@@ -269,19 +270,19 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
 async fn pg_failover(cluster: &mut Cluster, rng: &mut StdRng) -> Result<(String, String)> {
     let detect = ms(rng, 300..=1500);
     let t0 = Instant::now();
-    cluster.pg.kill_primary()?;
+    cluster.pg().kill_primary()?;
     tokio::time::sleep(detect).await;
-    cluster.pg.promote_standby().await?;
+    cluster.pg().promote_standby().await?;
     let promoted_ms = t0.elapsed().as_millis();
     let revived = if rng.random_bool(0.5) {
         let hold = ms(rng, 2000..=5000);
-        cluster.pg.revive_old_primary_writable().await?;
+        cluster.pg().revive_old_primary_writable().await?;
         tokio::time::sleep(hold).await;
         format!(", old primary revived writable for {} ms", hold.as_millis())
     } else {
         String::new()
     };
-    cluster.pg.rebuild_standby().await?;
+    cluster.pg().rebuild_standby().await?;
     cluster.pg_restarts += 1;
     Ok((
         "postgres".into(),

@@ -186,7 +186,7 @@ async fn main() -> Result<()> {
     let clock = Clock::start();
     let history = Arc::new(JsonLines::create(&out.join("history.jsonl"))?);
     let fault_log = JsonLines::create(&out.join("faults.jsonl"))?;
-    let routers = cluster.routers.iter().map(|r| r.url()).collect();
+    let routers = cluster.routers.iter().map(|r| r.url.clone()).collect();
     let workload = Arc::new(Workload::new(clock, history.clone(), routers, tokens)?);
     workload.seed().await?;
     cluster.record_rss_start();

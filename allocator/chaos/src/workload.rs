@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use allocator_client::retry::FailureKind;
+use allocator_client::{Client, Method};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -56,9 +58,10 @@ pub struct Workload {
     pub tail: Vec<String>,
     /// Cumulative Zipf weights over `tail`.
     tail_cdf: Vec<f64>,
-    http: reqwest::Client,
+    /// Per router: the client with the unlimited token, then the one with the limited token.
+    /// One attempt per operation, never retried.
+    clients: Vec<[Client; 2]>,
     next_op: std::sync::atomic::AtomicU64,
-    tokens: Tokens,
 }
 
 impl Workload {
@@ -82,6 +85,19 @@ impl Workload {
                 acc
             })
             .collect();
+        let clients = routers
+            .iter()
+            .map(|url| {
+                let client = Client::builder(url.as_str())
+                    .attempt_timeout(CLIENT_TIMEOUT)
+                    .deadline(Duration::ZERO)
+                    .max_idle_per_host(4)
+                    .token(tokens.client.as_str())
+                    .build()?;
+                let limited = client.with_token(&tokens.limited)?;
+                Ok([client, limited])
+            })
+            .collect::<anyhow::Result<_>>()?;
         Ok(Self {
             clock,
             history,
@@ -89,12 +105,8 @@ impl Workload {
             hot,
             tail,
             tail_cdf,
-            http: reqwest::Client::builder()
-                .timeout(CLIENT_TIMEOUT)
-                .pool_max_idle_per_host(4)
-                .build()?,
+            clients,
             next_op: std::sync::atomic::AtomicU64::new(1),
-            tokens,
         })
     }
 
@@ -129,40 +141,25 @@ impl Workload {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let invoke_ms = self.clock.ms();
         let invoke_wall_ms = self.clock.wall_ms();
-        let url = format!("{}{path}", self.routers[router]);
-        let token = if client == LIMITED_CLIENT {
-            &self.tokens.limited
-        } else {
-            &self.tokens.client
-        };
-        let result = self
-            .http
-            .post(&url)
-            .bearer_auth(token)
-            .json(&body)
-            .send()
+        let limited = usize::from(client == LIMITED_CLIENT);
+        let body = serde_json::to_vec(&body).expect("a JSON value serialises");
+        let result = self.clients[router][limited]
+            .send_once(Method::POST, &path, Some(body.into()))
             .await;
         let (status, answer, error) = match result {
             Ok(resp) => {
-                let status = resp.status().as_u16();
-                match resp.bytes().await {
-                    Ok(bytes) => {
-                        let body = serde_json::from_slice::<Value>(&bytes).unwrap_or_else(|_| {
-                            Value::String(String::from_utf8_lossy(&bytes).into_owned())
-                        });
-                        (Some(status), Some(body), None)
-                    }
-                    // The status line arrived but the body did not: still an answer.
-                    Err(e) => (Some(status), None, Some(format!("reading body: {e}"))),
-                }
+                let body = serde_json::from_slice::<Value>(&resp.body).unwrap_or_else(|_| {
+                    Value::String(String::from_utf8_lossy(&resp.body).into_owned())
+                });
+                (Some(resp.status.as_u16()), Some(body), None)
             }
+            // The status line arrived but the body did not: still an answer.
+            Err(e) if e.status.is_some() => (e.status, None, Some(format!("reading body: {e}"))),
             Err(e) => {
-                let what = if e.is_timeout() {
-                    "timeout"
-                } else if e.is_connect() {
-                    "connection refused"
-                } else {
-                    "connection error"
+                let what = match e.kind {
+                    FailureKind::Timeout => "timeout",
+                    FailureKind::Connect => "connection refused",
+                    FailureKind::Io => "connection error",
                 };
                 (None, None, Some(format!("{what}: {e}")))
             }

@@ -16,7 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Binaries whose `--help` is the reference, with the variable cargo sets for this package's own.
-const BINARIES: [&str; 5] = ["allocator", "router", "loadtest", "chaos", "chaos-check"];
+const BINARIES: [&str; 6] = [
+    "allocator",
+    "router",
+    "loadtest",
+    "chaos",
+    "chaos-check",
+    "cluster",
+];
 
 /// Flags of outside tools that the documents show on a command line, by tool.
 const OUTSIDE_FLAGS: &[(&str, &[&str])] = &[
@@ -32,6 +39,7 @@ const OUTSIDE_FLAGS: &[(&str, &[&str])] = &[
             "--nocapture",
             "--test-threads",
             "--bins",
+            "--example",
         ],
     ),
     ("promtool", &["--strict"]),

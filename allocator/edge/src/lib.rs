@@ -8,13 +8,13 @@
 //!   TCP keepalives and server-side statement/idle/lock timeouts in both services;
 //! * [`problem`]: problem+json answers for what never reaches a handler (a body or path that does
 //!   not parse, an unknown path, a method the path does not serve), in the same words on both;
-//! * [`backoff`]: capped exponential backoff with jitter, and the jitter of periodic timers.
+//! * [`backoff`]: capped exponential backoff with jitter, and the jitter of periodic timers; the
+//!   client crate's (`allocator_client::backoff`), so services and clients wait alike.
 
-pub mod backoff;
 pub mod pg;
 pub mod problem;
 pub mod request_id;
 pub mod signals;
 pub mod telemetry;
 
-pub use backoff::Backoff;
+pub use allocator_client::backoff::{self, Backoff};

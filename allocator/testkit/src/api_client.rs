@@ -1,17 +1,22 @@
-//! A typed client for the public API, shared by the allocator's and the router's tests.
+//! The tests' view of the public API, shared by the allocator's and the router's tests: a thin
+//! layer over the client crate ([`allocator_client::Client`]) that shows every answer as it came.
 //!
 //! Both services answer the same routes with the same wire types, so their tests talk to them
 //! through one client: requests are [`schema::wire`] values, paths come from
-//! [`schema::routes`] (with path segments percent-encoded as any correct client would), and an
-//! answer is an [`Answer`] holding the status, the headers and either the success body or the
-//! problem document. A test then states what it expects (`.ok()`, `.problem()`) instead of
-//! repeating the request plumbing.
+//! [`schema::routes`] (with path segments percent-encoded by the client crate), and an answer is
+//! an [`Answer`] holding the status, the headers and either the success body or the problem
+//! document. A test then states what it expects (`.ok()`, `.problem()`) instead of repeating the
+//! request plumbing. Each request is one attempt (no retry: a test sees the `503` or the `421`
+//! a service answered); [`ApiClient::client`] is the retrying, typed client for tests of the
+//! contract itself.
 //!
 //! Transport failures panic: a test that means to observe them (a killed owner, a cut
-//! connection) uses `reqwest` directly.
+//! connection) uses the client crate's own calls or `reqwest` directly.
 
 use std::time::Duration;
 
+use allocator_client::{route_path, Client};
+use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use schema::routes::{self, Route};
@@ -72,49 +77,43 @@ impl<T: std::fmt::Debug> Answer<T> {
 /// A client of one service (an allocator replica or a router) at `base`.
 #[derive(Debug, Clone)]
 pub struct ApiClient {
-    http: reqwest::Client,
-    base: String,
+    client: Client,
 }
 
 impl ApiClient {
-    /// A client of the service at `base` (`http://127.0.0.1:PORT`), with a 20 s request timeout
-    /// so that a hung service fails the test instead of stalling it.
+    /// A client of the service at `base` (`http://127.0.0.1:PORT`), one attempt per request with
+    /// a 20 s timeout, so that a hung service fails the test instead of stalling it.
     pub fn new(base: impl Into<String>) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(20))
+        let client = Client::builder(base)
+            .attempt_timeout(Duration::from_secs(20))
+            .deadline(Duration::ZERO)
             .build()
-            .expect("http client");
+            .expect("a test service URL");
+        Self { client }
+    }
+
+    /// The same, sending `token` as the bearer token.
+    pub fn with_token(&self, token: &str) -> Self {
         Self {
-            http,
-            base: base.into(),
+            client: self
+                .client
+                .with_token(token)
+                .expect("a visible-ASCII token"),
         }
     }
 
+    /// The client crate's client of the same service: typed results and the retry contract.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     pub fn base(&self) -> &str {
-        &self.base
+        self.client.base()
     }
 
     /// The URL of `route` with its placeholders filled by `segments`, in order.
     pub fn url(&self, route: &Route, segments: &[&str]) -> String {
-        let mut path = String::new();
-        let mut segments = segments.iter();
-        for part in route.path.split('/').skip(1) {
-            path.push('/');
-            if part.starts_with('{') {
-                let value = segments
-                    .next()
-                    .unwrap_or_else(|| panic!("{} needs a value for {part}", route.path));
-                path.push_str(&schema::path::encode_segment(value));
-            } else {
-                path.push_str(part);
-            }
-        }
-        assert!(
-            segments.next().is_none(),
-            "too many segments for {}",
-            route.path
-        );
-        format!("{}{path}", self.base)
+        self.client.url(&route_path(route, segments))
     }
 
     pub async fn reserve(&self, request: &ReserveRequest) -> Answer<Reservation> {
@@ -163,30 +162,24 @@ impl ApiClient {
         segments: &[&str],
         body: Option<&B>,
     ) -> Answer<T> {
-        let url = self.url(route, segments);
+        let path = route_path(route, segments);
         let method = Method::from_bytes(route.method.as_bytes()).expect("route method");
-        let mut request = self.http.request(method, &url);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request
-            .send()
+        let body = body.map(|b| Bytes::from(serde_json::to_vec(b).expect("a wire body")));
+        let response = self
+            .client
+            .send_once(method, &path, body)
             .await
-            .unwrap_or_else(|e| panic!("{} {url}: {e}", route.method));
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response
-            .bytes()
-            .await
-            .unwrap_or_else(|e| panic!("{} {url}: reading the body: {e}", route.method));
-        let text = || String::from_utf8_lossy(&bytes).into_owned();
+            .unwrap_or_else(|e| panic!("{} {path}: {e}", route.method));
+        let status = response.status;
+        let bytes = &response.body;
+        let text = || String::from_utf8_lossy(bytes).into_owned();
         let body = if status.is_success() {
-            Ok(serde_json::from_slice(&bytes)
-                .unwrap_or_else(|e| panic!("{} {url} → {status}: {e}: {}", route.method, text())))
+            Ok(serde_json::from_slice(bytes)
+                .unwrap_or_else(|e| panic!("{} {path} → {status}: {e}: {}", route.method, text())))
         } else {
-            Err(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            Err(serde_json::from_slice(bytes).unwrap_or_else(|e| {
                 panic!(
-                    "{} {url} → {status}: not a problem ({e}): {}",
+                    "{} {path} → {status}: not a problem ({e}): {}",
                     route.method,
                     text()
                 )
@@ -194,7 +187,7 @@ impl ApiClient {
         };
         Answer {
             status,
-            headers,
+            headers: response.headers,
             body,
         }
     }

@@ -19,6 +19,10 @@
 //!   backends) or one process, from `/proc`; the load generator reports CPU per operation with
 //!   them.
 //! * [`TestPki`]: a CA with server and client certificates it signed, for HTTPS and mutual TLS.
+//! * [`Cluster`]: all of the above put together — PostgreSQL, Redis, a migrated schema, N
+//!   allocators (optionally behind proxies), M routers, waited for until every partition has an
+//!   owner — for the router's tests, the chaos harness and the local cluster (`cluster up`, the
+//!   `cluster` binary of this crate).
 //! * [`fenced`]: leases and fenced batches written as an allocator writes them, for histories
 //!   built without a replica.
 //!
@@ -33,6 +37,7 @@
 
 pub mod api_client;
 pub mod browser;
+pub mod cluster;
 pub mod fenced;
 pub mod postgres;
 pub mod process;
@@ -45,6 +50,7 @@ mod procfs;
 
 pub use self::api_client::{Answer, ApiClient};
 pub use self::browser::Browser;
+pub use self::cluster::Cluster;
 pub use self::postgres::{PgServer, ReplicatedPg, Replication};
 pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::{cpu_times, resident_set_kib, tree_cpu_time, CpuTimes};

@@ -91,6 +91,11 @@ impl RedisServer {
         self.port
     }
 
+    /// Its working directory (log, no data: persistence is off), removed on drop.
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
     /// Pid of the running server, if any.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -212,10 +217,20 @@ impl Drop for RedisServer {
     }
 }
 
+/// Whether a Redis at `host:port` answers `PING` within a second (e.g. the machine's own, which
+/// a local cluster may use instead of a private server).
+pub async fn answers_ping(host: &str, port: u16) -> bool {
+    ping_at(host, port).await.is_ok()
+}
+
 /// One `PING` round trip over a fresh TCP connection, bounded to one second.
 async fn ping(port: u16) -> Result<()> {
+    ping_at("127.0.0.1", port).await
+}
+
+async fn ping_at(host: &str, port: u16) -> Result<()> {
     let attempt = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        let mut stream = TcpStream::connect((host, port)).await?;
         stream.write_all(b"PING\r\n").await?;
         let mut buf = [0u8; 64];
         let mut n = 0;

@@ -79,13 +79,16 @@ async fn overdue_holds_come_back_while_their_partition_is_busy() {
                 let mut n = 0u64;
                 while Instant::now() < stop {
                     let id = format!("load-{w}-{n}");
-                    // On an overloaded machine a reserve may be answered 503 (try again):
-                    // the load only has to keep the partition busy.
+                    // On an overloaded machine a reserve may be answered 503 or 421 (try
+                    // again: a renewal unconfirmed, a stall that dropped the lease until it is
+                    // retaken): the load only has to keep the partition busy.
                     let status = reserve(&base, &id, &busy, 1, 600).await.status();
                     assert!(
                         matches!(
                             status,
-                            StatusCode::CREATED | StatusCode::SERVICE_UNAVAILABLE
+                            StatusCode::CREATED
+                                | StatusCode::SERVICE_UNAVAILABLE
+                                | StatusCode::MISDIRECTED_REQUEST
                         ),
                         "load reserve {id}: {status}"
                     );
@@ -102,18 +105,24 @@ async fn overdue_holds_come_back_while_their_partition_is_busy() {
 
     let held_at = Instant::now();
     for i in 0..5 {
-        // A 503 is retried with the same id, as a client would.
+        // A 503 or 421 (a renewal unconfirmed, the partition retaken on a loaded machine) is
+        // retried with the same id, as a client would.
         let status = loop {
             let status = reserve(&base, &format!("short-{i}"), &scarce, 1, 1)
                 .await
                 .status();
-            if status != StatusCode::SERVICE_UNAVAILABLE || Instant::now() >= stop {
+            let again = matches!(
+                status,
+                StatusCode::SERVICE_UNAVAILABLE | StatusCode::MISDIRECTED_REQUEST
+            );
+            if !again || Instant::now() >= stop {
                 break status;
             }
         };
         assert_eq!(status, StatusCode::CREATED);
     }
-    assert_eq!(available(&base, &scarce).await, 0);
+    // Each 201 took one of the five units; on a loaded machine the first may be back already,
+    // so only the return of all five is awaited.
     let back = loop {
         if available(&base, &scarce).await == 5 {
             back_seen.store(true, Ordering::SeqCst);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use schema::wire::ReserveRequest;
-use testkit::ApiClient;
+use testkit::{Answer, ApiClient};
 
 use crate::common::*;
 use crate::processes::spawn_replica_with;
@@ -21,6 +21,24 @@ fn request(id: &str, sku: &str, quantity: i64) -> ReserveRequest {
         sku: sku.parse().expect("valid sku"),
         quantity: quantity.try_into().expect("valid quantity"),
         ttl_seconds: None,
+    }
+}
+
+/// The answer of `call` once it is not a "try again" (`503` while a renewal is unconfirmed, `421`
+/// while the partition is retaken): what a client does with the same id, within 10 s.
+async fn settled<T, F, Fut>(mut call: F) -> Answer<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Answer<T>>,
+{
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = call().await;
+        let again = matches!(answer.status.as_u16(), 421 | 503);
+        if !again || Instant::now() >= give_up {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -39,14 +57,14 @@ async fn reserve_load(api: ApiClient, worker: usize, duration: Duration) -> usiz
             continue;
         }
         created += 1;
-        let again = api.reserve(&req).await;
+        let again = settled(|| api.reserve(&req)).await;
         assert!(
             again.replayed(),
             "a replay inside the horizon is exact: {again:?}"
         );
         match i % 3 {
-            0 => assert!(api.confirm(&id).await.status.is_success()),
-            1 => assert!(api.release(&id).await.status.is_success()),
+            0 => assert!(settled(|| api.confirm(&id)).await.status.is_success()),
+            1 => assert!(settled(|| api.release(&id)).await.status.is_success()),
             _ => {}
         }
     }

@@ -1,6 +1,7 @@
-//! Harness for the router's end-to-end tests: a migrated database on the test binary's private
-//! PostgreSQL, a private Redis, N real `allocator serve` processes with short lease timings, and
-//! routers run in-process through `Application::build` on port 0.
+//! Harness for the router's end-to-end tests: testkit's [`testkit::Cluster`] (a migrated
+//! database on the test binary's private PostgreSQL, a private Redis, N real `allocator serve`
+//! processes) with short lease timings, and routers run in-process through `Application::build`
+//! on port 0, so that a test can look at a router's state (its assignment cache).
 //!
 //! The allocator binary must be built first (`cargo build -p allocator`): cargo only builds the
 //! binaries of the package under test. [`allocator_bin`] fails with that advice if it is missing.
@@ -17,8 +18,8 @@ use std::time::{Duration, Instant};
 use router::assignment_cache::AssignmentCache;
 use router::{Application, RouterConfig};
 use schema::wire::PartitionMap;
-use testkit::shared::fresh_database;
-use testkit::{cargo_bin, free_port, ApiClient, ChildProcess, RedisServer, TcpProxy};
+use testkit::cluster::{Database, ShortTimings};
+use testkit::{cargo_bin, ApiClient, TcpProxy};
 use tokio_util::sync::CancellationToken;
 
 /// Lease TTL of the test allocators; failover takes about this plus one campaign period.
@@ -47,25 +48,44 @@ pub fn allocator_bin() -> PathBuf {
     bin
 }
 
-pub struct AllocatorProc {
-    pub id: String,
-    pub port: u16,
-    pub url: String,
-    pub process: Option<ChildProcess>,
+/// One allocator process of a [`Cluster`].
+pub type AllocatorProc = testkit::cluster::Service;
+
+/// testkit's cluster with the tests' lease timings, in-process routers and panicking helpers.
+pub struct TestCluster(testkit::Cluster);
+
+/// The name the test files use.
+pub use self::TestCluster as Cluster;
+
+impl std::ops::Deref for TestCluster {
+    type Target = testkit::Cluster;
+    fn deref(&self) -> &testkit::Cluster {
+        &self.0
+    }
 }
 
-pub struct Cluster {
-    pub db_url: String,
-    pub partitions: u32,
-    pub redis: RedisServer,
-    pub allocators: Vec<AllocatorProc>,
-    /// Allocator logs; kept (not deleted) when a test fails so they can be read.
-    pub log_dir: PathBuf,
-    /// Extra environment for allocators spawned from now on.
-    pub allocator_env: Vec<(String, String)>,
+impl std::ops::DerefMut for TestCluster {
+    fn deref_mut(&mut self) -> &mut testkit::Cluster {
+        &mut self.0
+    }
 }
 
-impl Cluster {
+/// Flags of every test allocator after its own: short leases and small pools.
+fn allocator_args() -> Vec<String> {
+    ShortTimings {
+        lease_ttl_ms: LEASE_TTL_MS,
+        lease_margin_ms: 400,
+        renew_interval_ms: 300,
+        campaign_interval_ms: 200,
+        statement_timeout_ms: 1000,
+        request_timeout_ms: ALLOCATOR_REQUEST_TIMEOUT_MS,
+        pool_size: 6,
+        http_workers: 2,
+    }
+    .args()
+}
+
+impl TestCluster {
     /// A migrated database with `partitions` partitions, a Redis, and `replicas` allocators that
     /// between them own every partition.
     pub async fn start(name: &str, replicas: usize, partitions: u32) -> Cluster {
@@ -79,8 +99,7 @@ impl Cluster {
         partitions: u32,
         allocator_env: Vec<(String, String)>,
     ) -> Cluster {
-        let db_url = fresh_database(name).await.expect("create database");
-        Self::start_on(name, db_url, replicas, partitions, allocator_env).await
+        Self::start_in(Database::Shared, name, replicas, partitions, allocator_env).await
     }
 
     /// Like [`Cluster::start_with_env`], on an existing empty database (for example one on a
@@ -92,34 +111,35 @@ impl Cluster {
         partitions: u32,
         allocator_env: Vec<(String, String)>,
     ) -> Cluster {
-        let status = std::process::Command::new(allocator_bin())
-            .args([
-                "migrate",
-                "--database-url",
-                &db_url,
-                "--partitions",
-                &partitions.to_string(),
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("run allocator migrate");
-        assert!(status.success(), "allocator migrate failed: {status}");
-        let redis = RedisServer::start().await.expect("start redis");
-        let log_dir = std::env::temp_dir().join(format!(
-            "router-test-{name}-{}-{}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&log_dir).expect("log dir");
-        let mut cluster = Cluster {
-            db_url,
+        Self::start_in(
+            Database::Url(db_url),
+            name,
+            replicas,
             partitions,
-            redis,
-            allocators: Vec::new(),
-            log_dir,
             allocator_env,
-        };
+        )
+        .await
+    }
+
+    async fn start_in(
+        database: Database,
+        name: &str,
+        replicas: usize,
+        partitions: u32,
+        allocator_env: Vec<(String, String)>,
+    ) -> Cluster {
+        let inner = testkit::Cluster::builder()
+            .name(name)
+            .database(database)
+            .partitions(partitions)
+            .allocators(0)
+            .allocator_bin(&allocator_bin())
+            .allocator_args(allocator_args())
+            .start()
+            .await
+            .expect("start cluster");
+        let mut cluster = TestCluster(inner);
+        cluster.allocator_env = allocator_env;
         for i in 0..replicas {
             cluster.spawn_allocator(&format!("alloc-{i}"));
         }
@@ -137,100 +157,31 @@ impl Cluster {
 
     /// Start an allocator process (a new one, or the same id again after a kill).
     pub fn spawn_allocator(&mut self, id: &str) -> usize {
-        let port = free_port();
-        self.spawn_allocator_at(id, port, format!("http://127.0.0.1:{port}"))
+        self.0.spawn_allocator(id).expect("spawn allocator")
     }
 
     /// Start an allocator that advertises a TCP proxy in front of it, so every router reaches
     /// it through the proxy (to delay or cut requests between routers and this owner).
     pub fn spawn_allocator_behind_proxy(&mut self, id: &str) -> TcpProxy {
-        let port = free_port();
-        let proxy = TcpProxy::start(([127, 0, 0, 1], port).into()).expect("start proxy");
-        self.spawn_allocator_at(id, port, format!("http://{}", proxy.addr()));
-        proxy
+        self.0
+            .spawn_allocator_behind_proxy(id)
+            .expect("spawn allocator behind a proxy")
     }
 
     /// Start an allocator listening on `port` that advertises `url` (for HTTPS, a proxy, ...).
     pub fn spawn_allocator_at(&mut self, id: &str, port: u16, url: String) -> usize {
-        let ttl = LEASE_TTL_MS.to_string();
-        let args = vec![
-            "serve".to_owned(),
-            "--database-url".into(),
-            self.db_url.clone(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--replica-id".into(),
-            id.to_owned(),
-            "--advertise-url".into(),
-            url.clone(),
-            "--redis-url".into(),
-            self.redis.url(),
-            "--lease-ttl-ms".into(),
-            ttl,
-            "--lease-margin-ms".into(),
-            "400".into(),
-            "--renew-interval-ms".into(),
-            "300".into(),
-            "--campaign-interval-ms".into(),
-            "200".into(),
-            "--expiry-interval-ms".into(),
-            "200".into(),
-            "--statement-timeout-ms".into(),
-            "1000".into(),
-            "--idle-in-transaction-timeout-ms".into(),
-            "1000".into(),
-            "--request-timeout-ms".into(),
-            ALLOCATOR_REQUEST_TIMEOUT_MS.to_string(),
-            "--pool-size".into(),
-            "6".into(),
-            "--http-workers".into(),
-            "2".into(),
-        ];
-        let log = self.log_dir.join(format!("{id}.log"));
-        let process = ChildProcess::spawn(
-            &allocator_bin(),
-            args,
-            &std::iter::once(("RUST_LOG".to_owned(), "info".to_owned()))
-                .chain(self.allocator_env.iter().cloned())
-                .collect::<Vec<_>>(),
-            &log,
-        )
-        .expect("spawn allocator");
-        let proc = AllocatorProc {
-            id: id.to_owned(),
-            port,
-            url,
-            process: Some(process),
-        };
-        if let Some(i) = self.allocators.iter().position(|a| a.id == id) {
-            self.allocators[i] = proc;
-            i
-        } else {
-            self.allocators.push(proc);
-            self.allocators.len() - 1
-        }
-    }
-
-    pub fn allocator(&mut self, id: &str) -> &mut AllocatorProc {
-        self.allocators
-            .iter_mut()
-            .find(|a| a.id == id)
-            .expect("known allocator")
+        self.0
+            .spawn_allocator_at(id, port, url)
+            .expect("spawn allocator")
     }
 
     pub async fn db(&self) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(&self.db_url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to test database");
-        tokio::spawn(connection);
-        client
+        self.0.db().await.expect("connect to test database")
     }
 
     /// The map as PostgreSQL has it now.
     pub async fn map(&self) -> PartitionMap {
-        schema::assignment::read_map(&self.db().await)
-            .await
-            .expect("read map")
+        self.0.map().await.expect("read map")
     }
 
     /// Wait until `pred` holds for the database's map.
@@ -239,26 +190,11 @@ impl Cluster {
         timeout: Duration,
         pred: impl Fn(&PartitionMap) -> bool,
     ) -> PartitionMap {
-        let deadline = Instant::now() + timeout;
-        let client = self.db().await;
-        loop {
-            let map = schema::assignment::read_map(&client)
-                .await
-                .expect("read map");
-            if pred(&map) {
-                return map;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "map condition not reached within {timeout:?}: {:?}; logs in {}",
-                    owner_counts(&map),
-                    self.log_dir.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.0
+            .wait_map_until(timeout, pred)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
     }
-
     /// A router with test-friendly defaults (short deadline, fast poll), adjusted by `tweak`.
     pub async fn router(&self, tweak: impl FnOnce(&mut RouterConfig)) -> TestRouter {
         let mut config = RouterConfig::new(self.db_url.clone());
@@ -295,16 +231,6 @@ impl Cluster {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("allocator logs kept in {}", self.log_dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.log_dir);
         }
     }
 }

@@ -99,7 +99,13 @@ impl PgServer {
     /// Creates a fresh cluster in a temporary directory and starts it on a free port, returning
     /// once it accepts connections (at most 30 s; the error includes the server log tail).
     pub async fn start() -> Result<PgServer> {
-        let mut server = PgServer::create(Vec::new()).await?;
+        PgServer::start_with(Vec::new()).await
+    }
+
+    /// [`PgServer::start`] with server settings (`-c name=value`) after the test defaults, so they
+    /// win: `fsync=on` and `synchronous_commit=on` give a durable server for benchmarks.
+    pub async fn start_with(settings: Vec<(String, String)>) -> Result<PgServer> {
+        let mut server = PgServer::create(settings).await?;
         server.initdb().await?;
         server.launch_on_free_port().await?;
         Ok(server)

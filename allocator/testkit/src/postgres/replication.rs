@@ -67,10 +67,19 @@ pub struct ReplicatedPg {
 impl ReplicatedPg {
     /// A primary and a standby streaming from it, on free ports.
     pub async fn start(mode: Replication) -> Result<ReplicatedPg> {
-        let mut primary = PgServer::create(replication_settings()).await?;
+        ReplicatedPg::start_with(mode, Vec::new()).await
+    }
+
+    /// [`ReplicatedPg::start`] with extra server settings for both servers, after the pair's own.
+    pub async fn start_with(
+        mode: Replication,
+        settings: Vec<(String, String)>,
+    ) -> Result<ReplicatedPg> {
+        let settings: Vec<_> = replication_settings().into_iter().chain(settings).collect();
+        let mut primary = PgServer::create(settings.clone()).await?;
         primary.initdb().await?;
         primary.launch_on_free_port().await?;
-        let mut standby = PgServer::create(replication_settings()).await?;
+        let mut standby = PgServer::create(settings).await?;
         standby.base_backup_from(&primary).await?;
         standby.launch_on_free_port().await?;
         let mut pair = ReplicatedPg {

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::server::Prometheus;
+use super::server::{AlertCopies, Prometheus};
 use super::unowned;
 use super::{COPY_LABEL, SHORT_FOR};
 use crate::common::http;

@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use testkit::{free_port, ChildProcess};
+pub(super) use testkit::cluster::Prometheus;
 
 use super::{COPY_LABEL, SHORT_FOR};
-use crate::common::{http, Cluster};
+use crate::common::Cluster;
 
 pub(super) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -115,7 +114,9 @@ pub(super) async fn start(
     .expect("copy alerts.yml");
     std::fs::write(dir.join("test-rules.yml"), "groups: []\n").expect("write test rules");
     let router_addr = router_url.trim_start_matches("http://").to_owned();
-    let prometheus = Prometheus::start(bin, &dir).await;
+    let prometheus = Prometheus::start(bin, &dir)
+        .await
+        .expect("start prometheus");
     prometheus.set_targets("allocator", &allocator_targets(cluster));
     prometheus.set_targets("router", &[(router_addr, "router-0".to_owned())]);
     (prometheus, keep_on_failure)
@@ -131,125 +132,15 @@ pub(super) fn allocator_targets(cluster: &Cluster) -> Vec<(String, String)> {
         .collect()
 }
 
-pub(super) struct Prometheus {
-    pub(super) url: String,
-    dir: PathBuf,
-    /// Killed and reaped on drop.
-    _process: ChildProcess,
+/// What the test asks of its Prometheus beyond testkit's: the state of its alert copies.
+pub(super) trait AlertCopies {
+    async fn copy_state(&self, alert: &str) -> String;
+    async fn wait_alert(&self, alert: &str, want: &str, timeout: Duration) -> Duration;
 }
 
-impl Prometheus {
-    async fn start(bin: &Path, dir: &Path) -> Prometheus {
-        let port = free_port();
-        let process = ChildProcess::spawn(
-            bin,
-            [
-                format!("--config.file={}", dir.join("prometheus.yml").display()),
-                format!("--storage.tsdb.path={}", dir.join("data").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                // POST /-/reload after the test rule file is written.
-                "--web.enable-lifecycle".to_owned(),
-                "--log.level=warn".to_owned(),
-            ],
-            &[],
-            &dir.join("prometheus.log"),
-        )
-        .expect("spawn prometheus");
-        let prometheus = Prometheus {
-            url: format!("http://127.0.0.1:{port}"),
-            dir: dir.to_path_buf(),
-            _process: process,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match http()
-                .get(format!("{}/-/ready", prometheus.url))
-                .send()
-                .await
-            {
-                Ok(r) if r.status().is_success() => return prometheus,
-                _ if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await
-                }
-                other => panic!(
-                    "prometheus not ready within 30 s: {other:?}; log: {}",
-                    std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
-                ),
-            }
-        }
-    }
-
-    /// The directory of its configuration, rules, data and log.
-    pub(super) fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// `data` of a successful API answer, or the API's error text.
-    pub(super) async fn api(&self, path_and_query: &str) -> Result<Value, String> {
-        let body: Value = http()
-            .get(format!("{}{path_and_query}", self.url))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .json()
-            .await
-            .map_err(|e| e.to_string())?;
-        if body["status"] == "success" {
-            Ok(body["data"].clone())
-        } else {
-            Err(format!("{}: {}", body["errorType"], body["error"]))
-        }
-    }
-
-    /// An instant query's result vector (a scalar answers as a one-element vector).
-    pub(super) async fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
-        let data = self
-            .api(&format!(
-                "/api/v1/query?query={}",
-                schema::path::encode_segment(expr)
-            ))
-            .await?;
-        match data["resultType"].as_str() {
-            Some("vector" | "matrix") => Ok(data["result"].as_array().cloned().unwrap_or_default()),
-            Some("scalar" | "string") => Ok(vec![data["result"].clone()]),
-            other => Err(format!("unexpected result type {other:?}")),
-        }
-    }
-
-    pub(super) async fn value(&self, expr: &str) -> Option<f64> {
-        let result = self.query(expr).await.ok()?;
-        result.first()?["value"][1].as_str()?.parse().ok()
-    }
-
-    /// Rewrite `<job>.json`; Prometheus watches the file.
-    pub(super) fn set_targets(&self, job: &str, targets: &[(String, String)]) {
-        let groups: Vec<Value> = targets
-            .iter()
-            .map(|(addr, replica)| json!({"targets": [addr], "labels": {"replica": replica}}))
-            .collect();
-        let path = self.dir.join(format!("{job}.json"));
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec(&groups).unwrap()).expect("write targets");
-        std::fs::rename(&tmp, &path).expect("replace targets");
-    }
-
-    pub(super) async fn wait_for(&self, what: &str, timeout: Duration, expr: &str, want: f64) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let got = self.value(expr).await;
-            if got == Some(want) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: `{expr}` is {got:?}, wanted {want} within {timeout:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-
+impl AlertCopies for Prometheus {
     /// State of the short-`for:` copy of `alert` ("inactive" when it has no active alert).
-    pub(super) async fn copy_state(&self, alert: &str) -> String {
+    async fn copy_state(&self, alert: &str) -> String {
         let data = self.api("/api/v1/alerts").await.expect("alerts");
         data["alerts"]
             .as_array()
@@ -260,7 +151,7 @@ impl Prometheus {
             .unwrap_or_else(|| "inactive".to_owned())
     }
 
-    pub(super) async fn wait_alert(&self, alert: &str, want: &str, timeout: Duration) -> Duration {
+    async fn wait_alert(&self, alert: &str, want: &str, timeout: Duration) -> Duration {
         let start = Instant::now();
         loop {
             let state = self.copy_state(alert).await;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::server::{allocator_targets, Prometheus};
+use super::server::{allocator_targets, AlertCopies, Prometheus};
 use super::{COPY_LABEL, PARTITIONS};
 use crate::common::{balanced, Cluster};
 
