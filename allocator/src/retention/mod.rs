@@ -70,6 +70,9 @@ pub struct Retention {
 impl Retention {
     pub fn new(settings: RetentionSettings) -> Self {
         metrics::gauge!(m::RETENTION_HORIZON_SECONDS).set(settings.horizon.as_secs_f64());
+        // Exported from the start (0 until the job archives), so every replica has the series.
+        metrics::counter!(m::LEDGER_ARCHIVED_PARTITIONS).increment(0);
+        metrics::counter!(m::LEDGER_ARCHIVED_ROWS).increment(0);
         Self {
             settings,
             archive_after: Mutex::new(None),
