@@ -102,6 +102,11 @@ impl Application {
         let partition_count = {
             let client = pool.get().await?;
             crate::negative_control::install(&client).await?;
+            // Ledger partitions ahead of the clock before the first write (the retention job
+            // keeps them ahead from then on); a failure here is retried on its first tick.
+            if let Err(error) = crate::retention::partitions::upkeep(&**client).await {
+                tracing::warn!(error = %crate::error::describe(&error), "ledger partition upkeep failed");
+            }
             schema::partition_count(&client).await?
         };
 
@@ -223,6 +228,13 @@ impl Application {
             holder_id: config.replica_id.clone(),
             horizon: config.idempotency_horizon,
             batch: config.retention_batch.get(),
+            archive: config.ledger_archive_dir.clone().map(|dir| {
+                crate::retention::archive::ArchiveSettings {
+                    dir,
+                    horizon: config.idempotency_horizon,
+                    require_relay: config.events.is_some(),
+                }
+            }),
         };
         let retention_poll = retention.poll_interval();
         let retention_task = singleton::spawn(

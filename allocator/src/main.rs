@@ -15,7 +15,13 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate(args) => {
             let mut client = allocator::sessions::connect(&args.database_url).await?;
-            let report = schema::initialise(&mut client, args.partitions).await?;
+            let options = schema::InitOptions {
+                partitions: args.partitions,
+                ledger_partition_span: args
+                    .ledger_partition_span_secs
+                    .map(std::time::Duration::from_secs),
+            };
+            let report = schema::initialise_with(&mut client, options).await?;
             tracing::info!(
                 applied = ?report.applied,
                 partition_count = report.partition_count,
@@ -29,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Ledger(args) => allocator::retention::command::run(args).await,
         Command::Serve(args) => {
             let config = AllocatorConfig::try_from(*args)?;
             let app = Application::build(config).await?;

@@ -115,7 +115,8 @@ pub const LEASE_VACANCY: &str = "allocator_lease_vacancy_seconds";
 pub const JOB_LEADER: &str = "allocator_job_leader";
 /// The term (lease epoch) this replica last held the job under.
 pub const JOB_TERM: &str = "allocator_job_term";
-/// Job steps by `outcome`: `settled`, `taken_over`, `removed`, `stale_term`, `failed`.
+/// Job steps by `outcome`: `settled`, `taken_over`, `removed`, `archived`, `stale_term`,
+/// `failed`.
 pub const JOB_RUNS: &str = "allocator_job_runs_total";
 /// Seconds from the end of the last settled window to now (database clock), on every replica.
 pub const JOB_WINDOW_LAG: &str = "allocator_job_window_lag_seconds";
@@ -143,6 +144,17 @@ pub const EVENTS_RELAY_FAILURES: &str = "allocator_events_relay_failures_total";
 pub const RETENTION_REMOVED: &str = "allocator_retention_removed_total";
 /// The configured idempotency horizon.
 pub const RETENTION_HORIZON_SECONDS: &str = "allocator_retention_horizon_seconds";
+/// Ledger time partitions attached now (V17).
+pub const LEDGER_PARTITIONS: &str = "allocator_ledger_partitions";
+/// How far past now (database clock) the last ledger partition ends; a ledger row stamped later
+/// cannot be written. Every replica keeps it at three spans or more.
+pub const LEDGER_PARTITIONS_AHEAD_SECONDS: &str = "allocator_ledger_partitions_ahead_seconds";
+/// The span of the ledger partitions being created.
+pub const LEDGER_PARTITION_SPAN_SECONDS: &str = "allocator_ledger_partition_span_seconds";
+/// Ledger partitions the retention job archived (exported, detached, dropped).
+pub const LEDGER_ARCHIVED_PARTITIONS: &str = "allocator_ledger_archived_partitions_total";
+/// Ledger rows in the partitions the retention job archived.
+pub const LEDGER_ARCHIVED_ROWS: &str = "allocator_ledger_archived_rows_total";
 /// Size on disk of a watched table with its indexes and TOAST, by `table`.
 pub const TABLE_BYTES: &str = "allocator_table_bytes";
 /// `pg_stat_user_tables.n_live_tup`, by `table`.

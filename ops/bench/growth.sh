@@ -7,13 +7,17 @@
 #      historical reservations (random UUID ids, as clients send, all four terminal states,
 #      changed within the last day so inside the default horizon) and their ledger rows (two
 #      each) were loaded into the same database; prints both rates and their ratio.
-#   2. steady: a fresh database, an allocator with --idempotency-horizon-secs GROWTH_HORIZON_SECS,
-#      open-loop reserves at GROWTH_STEADY_RATE per second (half confirmed, the rest released
-#      or expired after a 5 s hold) for GROWTH_STEADY_SECS; every 10 s the sizes of
-#      `reservations` (heap, indexes, TOAST), its live rows and the database. Once the horizon
-#      has passed, removals keep pace with inserts and vacuum makes their space reusable: prints
-#      the size at the start of the run's last third against the size at the end. The ledger is kept (archival is not part of this), so the
-#      database as a whole still grows by the ledger's rows.
+#   2. steady: a fresh database whose ledger is partitioned by GROWTH_PARTITION_SPAN_SECS, an
+#      allocator with --idempotency-horizon-secs GROWTH_HORIZON_SECS, settlement windows of
+#      GROWTH_WINDOW_SECS and (GROWTH_ARCHIVE=1) --ledger-archive-dir, open-loop reserves at
+#      GROWTH_STEADY_RATE per second (half confirmed, the rest released or expired after a 5 s
+#      hold) for GROWTH_STEADY_SECS; every 10 s the sizes of `reservations` (heap, indexes,
+#      TOAST), its live rows, the ledger (all partitions), its partitions, the archived ones and
+#      the database. Once the horizon has passed, removals keep pace with inserts, vacuum makes
+#      their space reusable and the retention job archives and drops each ledger partition as
+#      it passes the horizon and settles: prints each size at the start of the run's last third
+#      against the size at the end. With GROWTH_ARCHIVE=0 the ledger is kept and the database
+#      grows by its rows.
 #   Under the figures: for each growth row, the hot tables' (inventory, leases, reservations)
 #   inserts, updates, HOT updates, live and dead tuples and autovacuum runs over the row, from
 #   pg_stat_user_tables (reset before the row), with their storage options.
@@ -21,11 +25,14 @@
 #   ops/bench.sh growth       (or ops/bench/growth.sh) build release binaries, run both, print
 #   ops/bench/growth.sh --help
 #
-# Knobs (environment): GROWTH_HISTORY (2000000; the full run is 50000000, about 20 GB and an hour
-# of loading), GROWTH_DURATION (15 s per growth row), GROWTH_CONCURRENCY (64), GROWTH_SKUS
-# (10000), GROWTH_PARTITIONS (16), GROWTH_SHARED_BUFFERS (256MB), GROWTH_HORIZON_SECS (20),
-# GROWTH_STEADY_SECS (180), GROWTH_STEADY_RATE (500), GROWTH_DIR (.cluster/growth),
-# GROWTH_SKIP_BUILD=1.
+# The history loader reports its speed (reservations and ledger rows per second, and what that
+# makes of a 50-million-row load) in the table and in $GROWTH_DIR/load.txt.
+#
+# Knobs (environment): GROWTH_HISTORY (2000000; the full run is 50000000, about 30 GB), GROWTH_DURATION
+# (15 s per growth row), GROWTH_CONCURRENCY (64), GROWTH_SKUS (10000), GROWTH_PARTITIONS (16),
+# GROWTH_SHARED_BUFFERS (256MB), GROWTH_HORIZON_SECS (20), GROWTH_STEADY_SECS (180),
+# GROWTH_STEADY_RATE (500), GROWTH_PARTITION_SPAN_SECS (10), GROWTH_WINDOW_SECS (5),
+# GROWTH_ARCHIVE (1), GROWTH_DIR (.cluster/growth), GROWTH_SKIP_BUILD=1.
 set -euo pipefail
 
 # shellcheck source=ops/lib.sh
@@ -47,6 +54,9 @@ SHARED_BUFFERS="${GROWTH_SHARED_BUFFERS:-256MB}"
 HORIZON="${GROWTH_HORIZON_SECS:-20}"
 STEADY_SECS="${GROWTH_STEADY_SECS:-180}"
 STEADY_RATE="${GROWTH_STEADY_RATE:-500}"
+SPAN="${GROWTH_PARTITION_SPAN_SECS:-10}"
+WINDOW="${GROWTH_WINDOW_SECS:-5}"
+ARCHIVE="${GROWTH_ARCHIVE:-1}"
 DIR="${GROWTH_DIR:-$REPO_ROOT/.cluster/growth}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 LOADTEST="$TARGET_DIR/release/loadtest"
@@ -54,7 +64,8 @@ ALLOCATOR="$TARGET_DIR/release/allocator"
 STOCK=1000000000
 CHUNK=500000
 
-for v in HISTORY DURATION CONCURRENCY SKUS PARTITIONS HORIZON STEADY_SECS STEADY_RATE; do
+[[ "$ARCHIVE" == 0 || "$ARCHIVE" == 1 ]] || die "GROWTH_ARCHIVE must be 0 or 1, got '$ARCHIVE'"
+for v in HISTORY DURATION CONCURRENCY SKUS PARTITIONS HORIZON STEADY_SECS STEADY_RATE SPAN WINDOW; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "GROWTH_$v must be a positive integer, got '${!v}'"
 done
 ((STEADY_SECS >= 3 * HORIZON)) || die "GROWTH_STEADY_SECS must be at least 3 x GROWTH_HORIZON_SECS"
@@ -70,17 +81,20 @@ if [[ -z "${GROWTH_SKIP_BUILD:-}" ]]; then
     (cd "$REPO_ROOT" && cargo build --release -p allocator -p loadtest) || die "build failed"
 fi
 mkdir -p "$DIR"
-rm -f "$DIR"/row* "$DIR/steady.tsv" "$DIR/health.md"
+rm -rf "$DIR"/row* "$DIR/steady.tsv" "$DIR/health.md" "$DIR/load.txt" "$DIR/archive"
 
 step "private durable PostgreSQL, shared_buffers=$SHARED_BUFFERS"
 bench_services_up allocator_growth "-c shared_buffers=$SHARED_BUFFERS -c max_connections=300"
 STEADY_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_steady"
 
-# start_allocator URL NAME FLAGS...: one replica owning every partition of URL's cluster.
+# start_allocator URL NAME FLAGS...: one replica owning every partition of URL's cluster
+# (migrated with MIGRATE_FLAGS, an array, if set).
+MIGRATE_FLAGS=()
 start_allocator() {
     local url=$1 name=$2
     shift 2
-    "$ALLOCATOR" migrate --database-url "$url" --partitions "$PARTITIONS" >>"$DIR/migrate.log" 2>&1
+    "$ALLOCATOR" migrate --database-url "$url" --partitions "$PARTITIONS" "${MIGRATE_FLAGS[@]}" \
+        >>"$DIR/migrate.log" 2>&1
     bench_start_allocator "$ALLOCATOR" "$url" "growth-$name" "$@"
 }
 seed() {
@@ -103,7 +117,8 @@ growth_row() {
 # load_history N: N terminal reservations with random UUID ids changed within the last day, and
 # two ledger rows each (reserve, then confirm or release), on SKUs the load never uses.
 load_history() {
-    local done=0 n
+    local done=0 n started=$SECONDS ledger_before
+    ledger_before="$(psql_db -At "$DATABASE_URL" -c "SELECT count(*) FROM ledger")"
     while ((done < $1)); do
         n=$(($1 - done < CHUNK ? $1 - done : CHUNK))
         psql_db "$DATABASE_URL" -v n="$n" <<'SQL'
@@ -143,9 +158,18 @@ SELECT hl.sku, hl.part, hl.kind, hl.id, hl.d_on_hand, hl.d_available, hl.d_held,
 COMMIT;
 SQL
         done=$((done + n))
-        info "history: $done / $1"
+        info "history: $done / $1 ($((SECONDS - started)) s)"
     done
+    local loaded=$((SECONDS - started))
     psql_db "$DATABASE_URL" -c "VACUUM ANALYZE reservations" -c "VACUUM ANALYZE ledger" -c "CHECKPOINT"
+    local total=$((SECONDS - started)) ledger_rows
+    ledger_rows="$(psql_db -At "$DATABASE_URL" -c "SELECT count(*) - $ledger_before FROM ledger")"
+    # The 50-million estimate scales this run's rate; a larger load runs further out of memory.
+    awk -v n="$1" -v l="$ledger_rows" -v s="$loaded" -v t="$total" 'BEGIN {
+        s = s > 0 ? s : 1
+        printf "history loader: %d reservations and %d ledger rows in %d s (%d s with VACUUM ANALYZE and CHECKPOINT): %.0f reservations/s, %.0f ledger rows/s; 50000000 reservations at this rate: about %.0f min\n",
+            n, l, s, t, n / s, l / s, 50000000 / (n / s) / 60 * t / s
+    }' | tee "$DIR/load.txt"
 }
 # health ROW: the hot tables' updates, HOT ratio and dead tuples since the row began (the
 # database's statistics are reset before each growth row), one Markdown line each.
@@ -159,6 +183,16 @@ health() {
         | awk -F '\t' -v row="$1" '{ printf "| %s | %s | %s | %s | %s | %s %% | %s | %s | %s | %s |\n", row, $1, $2, $3, $4, $5, $6, $7, $8, $9 }' >>"$DIR/health.md"
 }
 size_of() { psql_db -At "$1" -c "SELECT pg_size_pretty(pg_database_size(current_database()))"; }
+# steady_sample: one line of steady.tsv (reservations, ledger over its partitions, the database).
+steady_sample() {
+    psql_db -At -F $'\t' "$STEADY_URL" -c "SELECT pg_total_relation_size('reservations'),
+        (SELECT count(*) FROM reservations),
+        (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'reservations'),
+        (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('ledger')
+          WHERE isleaf),
+        (SELECT count(*) FROM ledger_partitions), (SELECT count(*) FROM ledger_archives),
+        pg_database_size(current_database())"
+}
 
 step "growth: uniform reserves, empty cluster"
 start_allocator "$DATABASE_URL" growth
@@ -176,22 +210,22 @@ LOADED="$(growth_row history h)"
 info "history: $LOADED reserves/s"
 bench_stop_allocator
 
-step "steady: horizon ${HORIZON}s, $STEADY_RATE reserves/s for ${STEADY_SECS}s"
+step "steady: horizon ${HORIZON}s, ledger partitions of ${SPAN}s (archival $([[ $ARCHIVE == 1 ]] && echo on || echo off)), $STEADY_RATE reserves/s for ${STEADY_SECS}s"
 "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_steady
-start_allocator "$STEADY_URL" steady --idempotency-horizon-secs "$HORIZON"
+MIGRATE_FLAGS=(--ledger-partition-span-secs "$SPAN")
+STEADY_FLAGS=(--idempotency-horizon-secs "$HORIZON" --settlement-window-secs "$WINDOW")
+[[ "$ARCHIVE" == 1 ]] && STEADY_FLAGS+=(--ledger-archive-dir "$DIR/archive")
+start_allocator "$STEADY_URL" steady "${STEADY_FLAGS[@]}"
 seed "$STEADY_URL" s
 "$LOADTEST" run --target "$ALLOC_URL" --skus "$SKUS" --prefix s --skew uniform --rate "$STEADY_RATE" \
     --duration-secs "$STEADY_SECS" --confirm-ratio 0.5 --release-ratio 0.3 --ttl-seconds 5 \
     --snapshot-max 0 --progress-secs 0 --seed 7 --json-out "$DIR/row_steady.json" \
     >"$DIR/row_steady.txt" 2>"$DIR/row_steady.err" &
 LOAD_PID=$!
-printf 'second\treservations_bytes\treservations_live\treservations_dead\tdatabase_bytes\n' >"$DIR/steady.tsv"
+printf 'second\treservations_bytes\treservations_live\treservations_dead\tledger_bytes\tledger_partitions\tarchived_partitions\tdatabase_bytes\n' >"$DIR/steady.tsv"
 for ((t = 10; t <= STEADY_SECS; t += 10)); do
     sleep 10
-    printf '%s\t%s\n' "$t" "$(psql_db -At -F $'\t' "$STEADY_URL" -c "SELECT pg_total_relation_size('reservations'),
-        (SELECT count(*) FROM reservations),
-        (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'reservations'),
-        pg_database_size(current_database())")" >>"$DIR/steady.tsv"
+    printf '%s\t%s\n' "$t" "$(steady_sample)" >>"$DIR/steady.tsv"
 done
 # loadtest reads its holds back at the end and expects every id to be kept; a horizon shorter
 # than the run removes them by design, so only its failing to run at all counts here.
@@ -207,16 +241,22 @@ bench_stop_allocator
     echo "| uniform reserves/s, empty cluster | $EMPTY |"
     echo "| uniform reserves/s, $HISTORY reservations of history ($HISTORY_SIZE database) | $LOADED |"
     awk -v e="$EMPTY" -v h="$LOADED" 'BEGIN { printf "| history / empty | %.2fx |\n", h / e }'
-    awk -F '\t' -v hz="$HORIZON" '
-        NR > 1 { t[NR] = $1; b[NR] = $2; l[NR] = $3; d[NR] = $5; n = NR }
+    [[ -s "$DIR/load.txt" ]] && echo "| $(cat "$DIR/load.txt") |"
+    awk -F '\t' -v hz="$HORIZON" -v archive="$ARCHIVE" '
+        NR > 1 { t[NR] = $1; b[NR] = $2; l[NR] = $3; lb[NR] = $5; lp[NR] = $6; ap[NR] = $7; d[NR] = $8; n = NR }
         END {
             # From the last third of the run: vacuum reclaims on its own cycle (autovacuum_naptime,
             # 60 s), and the table settles at the size that holds a horizon plus one cycle.
             for (i = 2; i <= n; i++) if (t[i] >= 2 * hz && t[i] >= t[n] * 2 / 3) { m = i; break }
+            kept = archive == 1 ? "ledger partitions archived" : "the ledger is kept"
             printf "| steady, reservations at %ss / at %ss (rows) | %d / %d |\n", t[m], t[n], l[m], l[n]
             printf "| steady, reservations table bytes at %ss / at %ss | %.2fx |\n", t[n], t[m], b[n] / b[m]
-            printf "| steady, database bytes at %ss / at %ss (the ledger is kept) | %.2fx |\n", t[n], t[m], d[n] / d[m]
+            printf "| steady, ledger bytes at %ss / at %ss (%d / %d partitions, %d / %d archived) | %.2fx |\n", t[n], t[m], lp[m], lp[n], ap[m], ap[n], lb[n] / lb[m]
+            printf "| steady, database bytes at %ss / at %ss (%s) | %.2fx |\n", t[n], t[m], kept, d[n] / d[m]
+            lo = hi = d[m]; for (i = m; i <= n; i++) { if (d[i] < lo) lo = d[i]; if (d[i] > hi) hi = d[i] }
+            printf "| steady, database bytes from %ss to %ss: lowest / highest sample | %d / %d (%.2fx) |\n", t[m], t[n], lo, hi, hi / lo
         }' "$DIR/steady.tsv"
+    [[ "$ARCHIVE" == 1 ]] && echo "| steady, archive files written ($DIR/archive) | $(find "$DIR/archive" -name '*.csv' 2>/dev/null | wc -l) files, $(du -sb "$DIR/archive" 2>/dev/null | cut -f1) bytes |"
     echo "| steady, reservations removed past the horizon | ${REMOVED:-0} |"
     echo
     echo "Hot tables over each growth row (pg_stat_user_tables, reset before the row):"

@@ -34,5 +34,6 @@ pub mod wire;
 
 #[cfg(feature = "postgres")]
 pub use migrate::{
-    initialise, partition_count, MigrationReport, SchemaError, MAX_PARTITIONS, SETTLEMENT_LEASE,
+    initialise, initialise_with, partition_count, InitOptions, MigrationReport, SchemaError,
+    MAX_PARTITIONS, SETTLEMENT_LEASE,
 };

@@ -6,7 +6,11 @@
 //!
 //! [`initialise`] also fixes the cluster's partition count the first time it runs and creates one
 //! lease row per partition; later runs verify the count instead of changing it, because every
-//! inventory row stores its partition.
+//! inventory row stores its partition. [`initialise_with`] also sets the span of the ledger's
+//! time partitions (V17): for the partitions the migration creates, and for those created after
+//! the last existing one on a cluster that has them.
+
+use std::time::Duration;
 
 use tokio_postgres::Client;
 
@@ -38,6 +42,17 @@ pub enum SchemaError {
     InvalidPartitionCount(u32),
     #[error("cluster is not initialised: run `allocator migrate` first")]
     NotInitialised,
+    #[error("the ledger's partition span must be a whole number of seconds, at least 1")]
+    InvalidLedgerSpan,
+}
+
+/// What [`initialise_with`] sets up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InitOptions {
+    /// Partition count for a new cluster; `None`: the existing one, or 64.
+    pub partitions: Option<u32>,
+    /// Span of each ledger time partition; `None`: the existing one, or 1 day.
+    pub ledger_partition_span: Option<Duration>,
 }
 
 /// What [`initialise`] did, for the operator's log.
@@ -56,6 +71,28 @@ pub async fn initialise(
     client: &mut Client,
     requested_partitions: Option<u32>,
 ) -> Result<MigrationReport, SchemaError> {
+    initialise_with(
+        client,
+        InitOptions {
+            partitions: requested_partitions,
+            ledger_partition_span: None,
+        },
+    )
+    .await
+}
+
+/// [`initialise`] with the ledger's partition span.
+pub async fn initialise_with(
+    client: &mut Client,
+    options: InitOptions,
+) -> Result<MigrationReport, SchemaError> {
+    let requested_partitions = options.partitions;
+    let span = match options.ledger_partition_span {
+        Some(span) if span.subsec_nanos() != 0 || span.as_secs() == 0 => {
+            return Err(SchemaError::InvalidLedgerSpan)
+        }
+        span => span.map(|s| s.as_secs() as i64),
+    };
     if let Some(p) = requested_partitions {
         if p == 0 || p > MAX_PARTITIONS {
             return Err(SchemaError::InvalidPartitionCount(p));
@@ -64,7 +101,7 @@ pub async fn initialise(
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
         .await?;
-    let result = initialise_locked(client, requested_partitions).await;
+    let result = initialise_locked(client, requested_partitions, span).await;
     // Unlock even when migrating failed; the session ending would also release it.
     let unlock = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
@@ -77,7 +114,17 @@ pub async fn initialise(
 async fn initialise_locked(
     client: &mut Client,
     requested_partitions: Option<u32>,
+    ledger_span_secs: Option<i64>,
 ) -> Result<MigrationReport, SchemaError> {
+    // V17 reads the span of the partitions it creates from this session setting.
+    if let Some(secs) = ledger_span_secs {
+        client
+            .execute(
+                "SELECT set_config('allocator.ledger_partition_span', $1, false)",
+                &[&format!("{secs} seconds")],
+            )
+            .await?;
+    }
     let report = embedded::migrations::runner()
         .set_abort_divergent(true)
         .run_async(client)
@@ -134,6 +181,19 @@ async fn initialise_locked(
              UNION ALL SELECT 'settlement'
              ON CONFLICT (stream) DO NOTHING;",
         )
+        .await?;
+    // A new span applies from the end of the last partition on; then partitions ahead of now.
+    if let Some(secs) = ledger_span_secs {
+        client
+            .execute(
+                "UPDATE ledger_partitioning SET span = $1::bigint * interval '1 second'
+                  WHERE span <> $1::bigint * interval '1 second'",
+                &[&secs],
+            )
+            .await?;
+    }
+    client
+        .execute("SELECT ledger_ensure_partitions()", &[])
         .await?;
     Ok(MigrationReport {
         applied,

@@ -26,6 +26,12 @@ const ALLOCATOR_REQUEST_TIMEOUT_MS: u64 = 2000;
 pub const PARTITIONS: u32 = 16;
 /// Settlement window of the replicas until a `window-change` fault restarts one with another.
 pub const SETTLEMENT_WINDOW_SECS: u64 = 5;
+/// Idempotency horizon of the replicas: short, so the retention job removes and archives
+/// during a run and the checker judges a history of which only the recent part is left.
+pub const RETENTION_HORIZON_SECS: u64 = 20;
+/// Span of the ledger's time partitions; the retention job archives them into the run's
+/// `ledger-archive` directory once past the horizon and settled.
+const LEDGER_PARTITION_SPAN_SECS: u64 = 10;
 
 /// What the cluster is built from.
 #[derive(Debug, Clone)]
@@ -43,7 +49,7 @@ pub struct ClusterSpec {
 }
 
 /// Flags of every replica after testkit's own (database, port, id, URL, Redis).
-fn allocator_args() -> Vec<String> {
+fn allocator_args(spec: &ClusterSpec) -> Vec<String> {
     let mut args = ShortTimings {
         lease_ttl_ms: LEASE_TTL_MS,
         lease_margin_ms: 500,
@@ -58,6 +64,13 @@ fn allocator_args() -> Vec<String> {
     args.extend([
         "--settlement-window-secs".to_owned(),
         SETTLEMENT_WINDOW_SECS.to_string(),
+        "--idempotency-horizon-secs".to_owned(),
+        RETENTION_HORIZON_SECS.to_string(),
+        "--ledger-archive-dir".to_owned(),
+        spec.log_dir
+            .with_file_name("ledger-archive")
+            .display()
+            .to_string(),
     ]);
     args
 }
@@ -130,7 +143,11 @@ impl ChaosCluster {
             .routers(routers)
             .allocator_bin(&spec.allocator_bin)
             .router_bin(&spec.router_bin)
-            .allocator_args(allocator_args())
+            .migrate_args(vec![
+                "--ledger-partition-span-secs".to_owned(),
+                LEDGER_PARTITION_SPAN_SECS.to_string(),
+            ])
+            .allocator_args(allocator_args(&spec))
             .allocator_env(allocator_env)
             .router_args(router_args(&spec))
             .libfaketime(spec.libfaketime.clone())

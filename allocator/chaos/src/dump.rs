@@ -3,13 +3,19 @@
 //! Timestamps the checker compares (`ledger.written_at` and `recorded_at`,
 //! `lease_history.acquired_at`, settlement window bounds) are exported as integer microseconds
 //! since the Unix epoch, so the checker needs no date parsing and loses no precision.
+//!
+//! What the database no longer holds is described, not reconstructed: the archived ledger
+//! partitions (their end and last entry id) with the per-SKU sums of their rows (V17), and the
+//! dump's time with the idempotency horizon the replicas ran with, before which the retention
+//! job may have removed finished reservations and orders.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
 /// (key in the dump, query producing its rows).
-const TABLES: [(&str, &str); 10] = [
+const TABLES: [(&str, &str); 12] = [
     (
         "inventory",
         "SELECT sku, partition, on_hand, available, held, confirmed, highest_epoch
@@ -65,14 +71,29 @@ const TABLES: [(&str, &str); 10] = [
         "history_horizon",
         "SELECT first_entry_id FROM history_horizon",
     ),
+    (
+        "ledger_archives",
+        "SELECT name, (extract(epoch FROM range_end) * 1000000)::bigint AS end_us, rows,
+                last_entry_id
+           FROM ledger_archives ORDER BY range_end",
+    ),
+    (
+        "ledger_archived_totals",
+        "SELECT sku, d_on_hand, d_available, d_held, d_confirmed FROM ledger_archived_totals
+          ORDER BY sku",
+    ),
 ];
 
-/// Writes the dump to `path`.
+/// Writes the dump to `path`; `horizon` is the replicas' idempotency horizon, when known.
 ///
 /// The replicas keep running (expiry sweeps still commit), so every table is read from one
 /// snapshot: otherwise a sweep committing between two reads shows up as an expiry in the ledger
 /// of a reservation the earlier read saw held.
-pub async fn write(client: &tokio_postgres::Client, path: &Path) -> Result<()> {
+pub async fn write(
+    client: &tokio_postgres::Client,
+    path: &Path,
+    horizon: Option<Duration>,
+) -> Result<()> {
     client
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await
@@ -89,6 +110,16 @@ pub async fn write(client: &tokio_postgres::Client, path: &Path) -> Result<()> {
             doc.push(',');
         }
         doc.push_str(&format!("\n\"{key}\": {rows}"));
+    }
+    if let Some(horizon) = horizon {
+        let dumped_us: i64 = client
+            .query_one("SELECT (extract(epoch FROM now()) * 1000000)::bigint", &[])
+            .await?
+            .get(0);
+        doc.push_str(&format!(
+            ",\n\"retention\": [{{\"dumped_us\": {dumped_us}, \"horizon_us\": {}}}]",
+            horizon.as_micros()
+        ));
     }
     client.batch_execute("COMMIT").await?;
     doc.push_str("\n}\n");

@@ -128,7 +128,7 @@ async fn main() -> Result<()> {
             .await
             .with_context(|| format!("connecting to {url}"))?;
         tokio::spawn(connection);
-        dump::write(&client, &out.join("dump.json")).await?;
+        dump::write(&client, &out.join("dump.json"), None).await?;
         std::fs::write(out.join("history.jsonl"), "")?;
         println!("dumped the database into {}", out.display());
         return Ok(());
@@ -233,7 +233,8 @@ async fn main() -> Result<()> {
     let rss = cluster.rss_report();
     let client = cluster.db().await?;
     wait_for_settlement(&client, Duration::from_secs(45)).await;
-    dump::write(&client, &out.join("dump.json")).await?;
+    let horizon = Duration::from_secs(cluster::RETENTION_HORIZON_SECS);
+    dump::write(&client, &out.join("dump.json"), Some(horizon)).await?;
     let summary = json!({
         "seed": args.seed,
         "duration_s": args.duration,

@@ -40,6 +40,8 @@ pub enum Command {
     Migrate(MigrateArgs),
     /// Run an allocator replica.
     Serve(Box<ServeArgs>),
+    /// Archive or restore the ledger's time partitions.
+    Ledger(crate::retention::command::LedgerArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -49,6 +51,10 @@ pub struct MigrateArgs {
     /// Partition count for a new cluster (default 64); must match an existing cluster's.
     #[arg(long, env = "ALLOCATOR_PARTITIONS")]
     pub partitions: Option<u32>,
+    /// Span of each ledger time partition (default 1 day); on a cluster that has partitions,
+    /// applies to those created after the last one.
+    #[arg(long, env = "ALLOCATOR_LEDGER_PARTITION_SPAN_SECS")]
+    pub ledger_partition_span_secs: Option<u64>,
 }
 
 /// The `serve` command line as typed; [`AllocatorConfig::try_from`] validates it.
@@ -165,6 +171,11 @@ pub struct ServeArgs {
     /// Most rows one retention statement removes (each is a short transaction of its own).
     #[arg(long, env = "ALLOCATOR_RETENTION_BATCH", default_value_t = 500)]
     pub retention_batch: usize,
+    /// Archive the ledger's oldest time partition into this directory (a CSV file and its
+    /// SHA-256) and drop it once it is past the horizon, settled and relayed; the retention job
+    /// does it. Without it nothing is archived (`allocator ledger archive` does it by hand).
+    #[arg(long, env = "ALLOCATOR_LEDGER_ARCHIVE_DIR")]
+    pub ledger_archive_dir: Option<PathBuf>,
 
     /// Clients allowed to call, one `NAME SCOPE[,SCOPE] SHA256_HEX [rate=N] [burst=N]` per line
     /// (hashes, never tokens); re-read on SIGHUP. Without it authentication is off.
@@ -238,6 +249,8 @@ pub struct AllocatorConfig {
     pub events: Option<crate::events::EventsConfig>,
     pub idempotency_horizon: Duration,
     pub retention_batch: NonZeroUsize,
+    /// Where the retention job archives ledger partitions; `None`: it does not.
+    pub ledger_archive_dir: Option<PathBuf>,
     /// Authentication and per-client limits.
     pub access: access::Settings,
     /// HTTPS on the listener; `None` serves plain HTTP.
@@ -309,6 +322,7 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
             events: args.events.validated()?,
             idempotency_horizon: Duration::from_secs(args.idempotency_horizon_secs),
             retention_batch: non_zero(args.retention_batch, RETENTION_BATCH)?,
+            ledger_archive_dir: args.ledger_archive_dir,
             access: access::Settings {
                 auth_file: args.auth_file,
                 rate: args.client_rate,

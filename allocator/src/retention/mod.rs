@@ -15,15 +15,22 @@
 //! statement; the next holder continues from the oldest row left.
 //!
 //! Every replica also exports the size and dead tuples of the watched tables, so the health of
-//! the hot rows is visible whoever holds the job.
+//! the hot rows is visible whoever holds the job, and keeps the ledger's time partitions ahead
+//! of the clock ([`partitions`]). With `--ledger-archive-dir` the holder also archives the
+//! oldest ledger partition once it may go ([`archive`]), after the removals have caught up.
 
+pub mod archive;
+pub mod command;
+pub mod partitions;
 pub mod store;
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::error::describe;
 use crate::metrics as m;
 use crate::singleton::{Routine, Step};
+use archive::{ArchiveSettings, Archived, JobFence};
 use store::Kept;
 
 const JOB: &str = "retention";
@@ -39,6 +46,8 @@ pub struct RetentionSettings {
     pub horizon: Duration,
     /// Most rows one statement removes.
     pub batch: usize,
+    /// Archive ledger partitions as they may go; `None`: the job archives nothing.
+    pub archive: Option<ArchiveSettings>,
 }
 
 impl RetentionSettings {
@@ -49,12 +58,76 @@ impl RetentionSettings {
     }
 }
 
-pub struct Retention(RetentionSettings);
+/// After a failed archive attempt, the next waits this long (an export may be large).
+const ARCHIVE_RETRY: Duration = Duration::from_secs(60);
+
+pub struct Retention {
+    settings: RetentionSettings,
+    /// No archive attempt before this instant (set after a failure).
+    archive_after: Mutex<Option<Instant>>,
+}
 
 impl Retention {
     pub fn new(settings: RetentionSettings) -> Self {
         metrics::gauge!(m::RETENTION_HORIZON_SECONDS).set(settings.horizon.as_secs_f64());
-        Self(settings)
+        // Exported from the start (0 until the job archives), so every replica has the series.
+        metrics::counter!(m::LEDGER_ARCHIVED_PARTITIONS).increment(0);
+        metrics::counter!(m::LEDGER_ARCHIVED_ROWS).increment(0);
+        Self {
+            settings,
+            archive_after: Mutex::new(None),
+        }
+    }
+
+    /// One archive attempt under `term`, unless a failure asked to wait.
+    async fn archive(&self, client: &tokio_postgres::Client, term: i64) -> Step {
+        let Some(settings) = &self.settings.archive else {
+            return Step::Idle;
+        };
+        {
+            let mut after = self.archive_after.lock().expect("archive retry lock");
+            if after.is_some_and(|t| Instant::now() < t) {
+                return Step::Idle;
+            }
+            *after = None;
+        }
+        let fence = JobFence {
+            lease: RETENTION_LEASE,
+            holder_id: &self.settings.holder_id,
+            term,
+        };
+        match archive::archive_oldest(client, settings, None, Some(fence)).await {
+            Ok(Archived::Done(p)) => {
+                metrics::counter!(m::LEDGER_ARCHIVED_PARTITIONS).increment(1);
+                metrics::counter!(m::LEDGER_ARCHIVED_ROWS).increment(p.rows as u64);
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "archived").increment(1);
+                tracing::info!(job = JOB, term, partition = %p.name, rows = p.rows,
+                    file = %p.file.display(), sha256 = %p.sha256, "ledger partition archived");
+                Step::More
+            }
+            Ok(Archived::Refused { partition, reason }) => {
+                tracing::debug!(job = JOB, %partition, %reason, "ledger partition kept");
+                Step::Idle
+            }
+            Ok(Archived::Nothing) => Step::Idle,
+            Ok(Archived::Fenced) => {
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "stale_term")
+                    .increment(1);
+                Step::Fenced
+            }
+            Err(error) => {
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "failed").increment(1);
+                tracing::warn!(
+                    job = JOB,
+                    term,
+                    error = format!("{error:#}"),
+                    "ledger archive failed; retried later"
+                );
+                *self.archive_after.lock().expect("archive retry lock") =
+                    Some(Instant::now() + ARCHIVE_RETRY);
+                Step::Idle
+            }
+        }
     }
 }
 
@@ -72,6 +145,19 @@ impl Routine for Retention {
     }
 
     async fn observe(&self, client: &tokio_postgres::Client) {
+        match partitions::upkeep(client).await {
+            Ok(p) => {
+                if p.created > 0 {
+                    tracing::info!(job = JOB, created = p.created, "ledger partitions created");
+                }
+                metrics::gauge!(m::LEDGER_PARTITIONS).set(p.attached as f64);
+                metrics::gauge!(m::LEDGER_PARTITIONS_AHEAD_SECONDS).set(p.ahead_secs);
+                metrics::gauge!(m::LEDGER_PARTITION_SPAN_SECONDS).set(p.span_secs);
+            }
+            Err(error) => {
+                tracing::warn!(job = JOB, error = %describe(&error), "ledger partition upkeep failed")
+            }
+        }
         match store::table_health(client).await {
             Ok(tables) => {
                 for t in tables {
@@ -93,9 +179,10 @@ impl Routine for Retention {
         }
     }
 
-    /// One batch of reservations; once they are caught up, one batch of orders.
+    /// One batch of reservations; once they are caught up, one batch of orders; once both are,
+    /// one archive attempt.
     async fn step(&self, client: &tokio_postgres::Client, term: i64) -> Step {
-        let s = &self.0;
+        let s = &self.settings;
         let batch = s.batch as i64;
         let mut full = false;
         for kept in Kept::ALL {
@@ -137,7 +224,7 @@ impl Routine for Retention {
         if full {
             Step::More
         } else {
-            Step::Idle
+            self.archive(client, term).await
         }
     }
 }

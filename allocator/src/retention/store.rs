@@ -139,7 +139,8 @@ pub const WATCHED_TABLES: &[&str] = &[
     "lease_history",
 ];
 
-/// One table's statistics (`pg_stat_user_tables`) and size on disk.
+/// One table's statistics (`pg_stat_user_tables`) and size on disk; a partitioned table's (the
+/// ledger, V17) are the sums over its partitions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableHealth {
     pub table: String,
@@ -157,10 +158,17 @@ pub async fn table_health<C: GenericClient>(
 ) -> Result<Vec<TableHealth>, tokio_postgres::Error> {
     let rows = client
         .query(
-            "SELECT relname::text, pg_total_relation_size(relid), n_live_tup, n_dead_tup,
-                    n_tup_upd, n_tup_hot_upd
-               FROM pg_stat_user_tables
-              WHERE schemaname = current_schema() AND relname = ANY ($1)",
+            "SELECT w.name, sum(pg_total_relation_size(t.relid))::bigint,
+                    sum(s.n_live_tup)::bigint, sum(s.n_dead_tup)::bigint,
+                    sum(s.n_tup_upd)::bigint, sum(s.n_tup_hot_upd)::bigint
+               FROM unnest($1::text[]) AS w(name)
+               JOIN pg_class AS c ON c.oid = to_regclass(quote_ident(w.name))
+              CROSS JOIN LATERAL (
+                    SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf
+                     UNION ALL
+                    SELECT c.oid WHERE c.relkind = 'r') AS t
+               JOIN pg_stat_user_tables AS s ON s.relid = t.relid
+              GROUP BY w.name",
             &[&WATCHED_TABLES],
         )
         .await?;

@@ -23,6 +23,8 @@
 //!   allocators (optionally behind proxies), M routers, waited for until every partition has an
 //!   owner — for the router's tests, the chaos harness and the local cluster (`cluster up`, the
 //!   `cluster` binary of this crate).
+//! * [`fenced`]: leases and fenced batches written as an allocator writes them, for histories
+//!   built without a replica.
 //!
 //! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
 //! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
@@ -36,6 +38,7 @@
 pub mod api_client;
 pub mod browser;
 pub mod cluster;
+pub mod fenced;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

@@ -28,6 +28,20 @@ pub async fn migrate(url: &str, partitions: u32) {
         .expect("migrate");
 }
 
+/// [`migrated_database`] whose ledger is partitioned by `span_secs` from the start (V17).
+pub async fn migrated_database_with_span(partitions: u32, span_secs: u64) -> String {
+    let url = fresh_database("alloc").await.expect("create database");
+    let mut client = allocator::sessions::connect(&url).await.expect("connect");
+    let options = schema::InitOptions {
+        partitions: Some(partitions),
+        ledger_partition_span: Some(Duration::from_secs(span_secs)),
+    };
+    schema::initialise_with(&mut client, options)
+        .await
+        .expect("migrate");
+    url
+}
+
 pub async fn client(url: &str) -> tokio_postgres::Client {
     allocator::sessions::connect(url).await.expect("connect")
 }
@@ -208,7 +222,8 @@ pub async fn wait_owns_all_locally(replica: &TestReplica) {
     }
 }
 
-/// Sum of ledger deltas per column vs the inventory row; (row, ledger) for assertions.
+/// Sum of ledger deltas per column vs the inventory row; (row, ledger) for assertions. The
+/// ledger's sums include its archived partitions' (`ledger_archived_totals`, V17).
 pub async fn ledger_balance(
     client: &tokio_postgres::Client,
     sku: &str,
@@ -224,7 +239,11 @@ pub async fn ledger_balance(
         .query_one(
             "SELECT coalesce(sum(d_on_hand),0)::bigint, coalesce(sum(d_available),0)::bigint,
                     coalesce(sum(d_held),0)::bigint, coalesce(sum(d_confirmed),0)::bigint
-               FROM ledger WHERE sku = $1",
+               FROM (SELECT d_on_hand, d_available, d_held, d_confirmed
+                       FROM ledger WHERE sku = $1
+                      UNION ALL
+                     SELECT d_on_hand, d_available, d_held, d_confirmed
+                       FROM ledger_archived_totals WHERE sku = $1) AS l",
             &[&sku],
         )
         .await

@@ -1,5 +1,6 @@
 //! `acked-hold-missing`: a `201` reserve left its reservation behind, as asked (same SKU and
-//! quantity, not refused), with exactly one `reserve` ledger row.
+//! quantity, not refused), with exactly one `reserve` ledger row — unless the retention job
+//! removed it past the idempotency horizon, which its ledger rows must show (see [`Facts`]).
 
 use super::{Facts, Outcome, Rule};
 
@@ -15,8 +16,12 @@ fn run(facts: &Facts) -> Vec<String> {
             continue;
         }
         let id = op.id("reservation_id");
-        let reserves = facts.kinds(id).iter().filter(|k| **k == "reserve").count();
+        // All of its rows archived: its reserve is among them.
+        let reserves = facts
+            .kinds_from_reserve(id)
+            .map_or(1, |kinds| kinds.iter().filter(|k| **k == "reserve").count());
         match facts.dump.reservations.get(id) {
+            None if facts.removed_past_horizon(id, facts.first_sent_us(id)) => {}
             None => found.push(format!(
                 "{id}: reserve answered {:?}, no reservation",
                 op.status

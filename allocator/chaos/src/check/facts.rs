@@ -1,6 +1,20 @@
 //! What several rules derive from the raw records, computed once: each reservation's ledger
 //! rows, the payloads single reserves asked for, and which stored reservation (if any) is an
 //! order's own line.
+//!
+//! The dump may hold less than the whole history, in two ways the rules allow for here:
+//!
+//! * **Removed past the idempotency horizon** (the retention job): a terminal reservation or a
+//!   finished order whose last change is before [`Dump::removed_before_us`] may be absent. For a
+//!   reservation that is told by its ledger rows (the last one a confirm, release or expiry
+//!   recorded before the bound); rows never removed inside the horizon are therefore still
+//!   judged, and a hold is never allowed to be missing.
+//! * **An archived ledger prefix** (V17): the ledger starts at [`ArchivedPrefix::before_us`].
+//!   A reservation whose rows in the dump begin with a later transition had its reserve
+//!   archived; one with no rows at all was archived whole, which is allowed only when it was
+//!   first asked for before the prefix ends.
+//!
+//! [`ArchivedPrefix::before_us`]: super::ArchivedPrefix
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,7 +32,14 @@ pub struct Facts<'a> {
     pub order_ids: HashSet<&'a str>,
     /// order id → its submissions in the history, in order.
     orders_sent: HashMap<&'a str, Vec<&'a Op>>,
+    /// reservation id (of a single reserve) or order id → when it was first sent (µs), where
+    /// recorded.
+    first_sent_us: HashMap<&'a str, i64>,
 }
+
+/// What [`Facts::final_status`] says of a reservation whose rows are all archived and which was
+/// then removed: nothing about it is left to judge.
+pub const ARCHIVED: &str = "archived";
 
 /// Where order `o`'s line `i` is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +82,18 @@ impl<'a> Facts<'a> {
         let mut single_reserves: HashMap<&str, Vec<(&str, i64)>> = HashMap::new();
         let mut order_ids: HashSet<&str> = dump.orders.keys().map(String::as_str).collect();
         let mut orders_sent: HashMap<&str, Vec<&Op>> = HashMap::new();
+        let mut first_sent_us: HashMap<&str, i64> = HashMap::new();
         for op in history {
+            // Only what creates a reservation: a confirm or release may be sent long after.
+            let id = match op.kind.as_str() {
+                "order" => Some(op.id("order_id")),
+                "reserve" => Some(op.id("reservation_id")),
+                _ => None,
+            };
+            if let (Some(id), Some(ms)) = (id, op.invoke_wall_ms) {
+                let first = first_sent_us.entry(id).or_insert(ms * 1000);
+                *first = (*first).min(ms * 1000);
+            }
             match op.kind.as_str() {
                 "reserve" => single_reserves
                     .entry(op.id("reservation_id"))
@@ -84,7 +116,96 @@ impl<'a> Facts<'a> {
             single_reserves,
             order_ids,
             orders_sent,
+            first_sent_us,
         }
+    }
+
+    /// When order `id`, or a single reserve under reservation id `id`, was first sent (µs), if
+    /// recorded; for an order's line, when its order was, unless a single reserve took the id
+    /// earlier. Nothing under the id can be stamped earlier.
+    pub fn first_sent_us(&self, id: &str) -> Option<i64> {
+        let own = self.first_sent_us.get(id).copied();
+        let order = parse_line_id(id).and_then(|(o, _)| self.first_sent_us.get(o).copied());
+        match (own, order) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The ledger kinds of reservation `id` from its reserve on: the dump's rows, after a
+    /// `reserve` when the ledger starts later and its first row in the dump is a later
+    /// transition (the reserve was archived). `None` when the ledger starts later, no row of
+    /// `id` is left and it was first asked for (when recorded) before the archived prefix
+    /// ends: every row it had may be archived, so there is nothing to compare.
+    pub fn kinds_from_reserve(&self, id: &str) -> Option<Vec<&'a str>> {
+        let mut kinds = self.kinds(id);
+        let Some(archived) = &self.dump.archived else {
+            return Some(kinds);
+        };
+        match kinds.first() {
+            Some(&"reserve") => {}
+            Some(_) => kinds.insert(0, "reserve"),
+            None if self
+                .first_sent_us(id)
+                .is_none_or(|t| t < archived.before_us) =>
+            {
+                return None
+            }
+            None => {}
+        }
+        Some(kinds)
+    }
+
+    /// Whether reservation `id`, absent from the dump, may have been removed past the horizon:
+    /// its last row in the dump is a confirm, release or expiry recorded before the removal
+    /// bound; or it has no row left, the ledger starts later, and it was first asked for
+    /// (`first_us`, when known) before the archived prefix ends.
+    pub fn removed_past_horizon(&self, id: &str, first_us: Option<i64>) -> bool {
+        let Some(bound) = self.dump.removed_before_us else {
+            return false;
+        };
+        if self.dump.reservations.contains_key(id) {
+            return false;
+        }
+        match self.ledger_by_id.get(id).and_then(|rows| rows.last()) {
+            Some(last) => {
+                matches!(last.kind.as_str(), "confirm" | "release" | "expire")
+                    && last.recorded_us < bound
+            }
+            None => self
+                .dump
+                .archived
+                .as_ref()
+                .is_some_and(|a| first_us.is_none_or(|t| t < a.before_us)),
+        }
+    }
+
+    /// Whether order `order`, absent from the dump, may have been removed past the horizon: it
+    /// was first submitted (when recorded) before the removal bound.
+    pub fn order_removed_past_horizon(&self, order: &str) -> bool {
+        !self.dump.orders.contains_key(order)
+            && self
+                .dump
+                .removed_before_us
+                .is_some_and(|bound| self.first_sent_us(order).is_none_or(|t| t < bound))
+    }
+
+    /// The final status of reservation `id`: the dump's, or for one removed past the horizon
+    /// the one its last ledger row shows ([`ARCHIVED`] when no row is left).
+    pub fn final_status(&self, id: &str) -> Option<&'a str> {
+        if let Some(status) = self.status(id) {
+            return Some(status);
+        }
+        if !self.removed_past_horizon(id, self.first_sent_us(id)) {
+            return None;
+        }
+        let last = self.ledger_by_id.get(id).and_then(|rows| rows.last());
+        Some(match last.map(|r| r.kind.as_str()) {
+            Some("confirm") => "confirmed",
+            Some("release") => "released",
+            Some(_) => "expired",
+            None => ARCHIVED,
+        })
     }
 
     /// The history's submissions of `order`, in order.

@@ -35,6 +35,9 @@ pub struct Op {
     pub outcome: Outcome,
     /// When the client had the answer (wall-clock ms since the Unix epoch), if recorded.
     pub complete_wall_ms: Option<i64>,
+    /// When the client sent it (wall-clock ms since the Unix epoch), if recorded: nothing it
+    /// did is stamped earlier.
+    pub invoke_wall_ms: Option<i64>,
 }
 
 impl Op {
@@ -50,6 +53,7 @@ impl Op {
             status,
             outcome: Outcome::of(status),
             complete_wall_ms: v["complete_wall_ms"].as_i64(),
+            invoke_wall_ms: v["invoke_wall_ms"].as_i64(),
         })
     }
 
@@ -152,6 +156,24 @@ pub struct Dump {
     /// First ledger entry whose write time and epoch history are recorded (migration V6); rows
     /// below it predate the lease history. `None` in a dump without it: every row counts.
     pub history_from_entry: Option<i64>,
+    /// Reservations and orders last changed before this (µs, database clock) may have been
+    /// removed by the retention job: the dump's time minus the idempotency horizon. `None`:
+    /// nothing may be missing.
+    pub removed_before_us: Option<i64>,
+    /// The ledger's archived prefix (V17), when partitions were archived.
+    pub archived: Option<ArchivedPrefix>,
+}
+
+/// What the dump knows of archived ledger partitions: the ledger it holds is the history from
+/// `before_us` on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArchivedPrefix {
+    /// Every archived row was recorded before this (µs); every row from it on is in the dump.
+    pub before_us: i64,
+    /// The highest archived entry id: a live row below it was inserted before an archived one.
+    pub last_entry_id: i64,
+    /// sku → the archived rows' sums, [on_hand, available, held, confirmed].
+    pub totals: BTreeMap<String, [i64; 4]>,
 }
 
 fn field_i64(v: &Value, k: &str) -> Result<i64, String> {
@@ -270,6 +292,32 @@ impl Dump {
             .first()
             .map(|r| field_i64(r, "first_entry_id"))
             .transpose()?;
+        dump.removed_before_us = optional_rows(v, "retention")
+            .first()
+            .map(|r| Ok::<_, String>(field_i64(r, "dumped_us")? - field_i64(r, "horizon_us")?))
+            .transpose()?;
+        let archives = optional_rows(v, "ledger_archives");
+        if !archives.is_empty() {
+            let mut prefix = ArchivedPrefix::default();
+            for r in archives {
+                prefix.before_us = prefix.before_us.max(field_i64(r, "end_us")?);
+                prefix.last_entry_id = prefix
+                    .last_entry_id
+                    .max(r["last_entry_id"].as_i64().unwrap_or(0));
+            }
+            for r in optional_rows(v, "ledger_archived_totals") {
+                prefix.totals.insert(
+                    field_str(r, "sku")?,
+                    [
+                        field_i64(r, "d_on_hand")?,
+                        field_i64(r, "d_available")?,
+                        field_i64(r, "d_held")?,
+                        field_i64(r, "d_confirmed")?,
+                    ],
+                );
+            }
+            dump.archived = Some(prefix);
+        }
         Ok(dump)
     }
 }

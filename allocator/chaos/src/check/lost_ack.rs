@@ -1,7 +1,8 @@
 //! `lost-ack`: what was acknowledged stayed done. An acknowledged confirm ends `confirmed`, an
 //! acknowledged release `released` (or `expired`), an acknowledged adjustment `applied` as
-//! asked.
+//! asked. A reservation removed past the horizon ends as its last ledger row shows.
 
+use super::facts::ARCHIVED;
 use super::{Facts, Outcome, Rule};
 
 pub(super) const RULE: Rule = Rule {
@@ -19,15 +20,15 @@ fn run(facts: &Facts) -> Vec<String> {
         match op.kind.as_str() {
             "confirm" => {
                 let id = op.id("reservation_id");
-                let status = facts.status(id);
-                if status != Some("confirmed") {
+                let status = facts.final_status(id);
+                if !matches!(status, Some("confirmed" | ARCHIVED)) {
                     found.push(format!("{id}: confirm acknowledged, ended {status:?}"));
                 }
             }
             "release" => {
                 let id = op.id("reservation_id");
-                let status = facts.status(id);
-                if !matches!(status, Some("released" | "expired")) {
+                let status = facts.final_status(id);
+                if !matches!(status, Some("released" | "expired" | ARCHIVED)) {
                     found.push(format!("{id}: release acknowledged, ended {status:?}"));
                 }
             }

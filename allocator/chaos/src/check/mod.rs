@@ -25,6 +25,12 @@
 //! | `orphan-held-line` | a hold at the end under an order's line id whose order is absent, `failed` or `refused`, or stores another payload for that line |
 //! | `settlement-exactness` | a confirmation inside the settled range in no settled window or in more than one; a window's per-SKU totals that differ from the ledger's confirmations in it; a run's totals that differ from its rows |
 //!
+//! History that the database no longer holds (see [`facts`]): reservations and orders the
+//! retention job removed past the idempotency horizon may be missing when their ledger rows (or
+//! their submission times) show they were finished before the horizon; a hold never may. Where
+//! ledger partitions were archived, the ledger is replayed from the archived rows' per-SKU sums
+//! and settlement windows that began before the archived range ended are not recomputed.
+//!
 //! Order line ids: line `i` of order `o` is reserved as `order:{o}:{i}` or, in the older form,
 //! `{o}:{i}`; the checker accepts both (see [`facts`]). A single reservation that used the id of
 //! an order's line (a collision) is told apart by its payload.
@@ -37,6 +43,8 @@ use serde_json::Value;
 mod acked_hold_missing;
 mod double_reserve;
 mod facts;
+#[cfg(test)]
+mod horizon_tests;
 mod input;
 mod ledger_row_mismatch;
 mod lost_ack;
@@ -52,7 +60,7 @@ mod stale_epoch_write;
 mod testdata;
 
 pub use facts::Facts;
-pub use input::{Dump, LedgerRow, Op, Order, Outcome, Reservation, Run, Settled};
+pub use input::{ArchivedPrefix, Dump, LedgerRow, Op, Order, Outcome, Reservation, Run, Settled};
 
 /// One rule of the checker.
 pub struct Rule {

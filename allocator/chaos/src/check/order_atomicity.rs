@@ -14,9 +14,10 @@
 //!
 //! Orders answered `5xx` or not at all (outcome unknown) and still `pending` are judged by
 //! `orphan-held-line` only. A line whose id a single reservation took (a collision, told apart
-//! by payload) is that reservation's, not the order's.
+//! by payload) is that reservation's, not the order's. An order and lines the retention job
+//! removed past the horizon are judged by what is left of them (see [`Facts`]).
 
-use super::facts::Line;
+use super::facts::{Line, ARCHIVED};
 use super::{Facts, Outcome, Rule};
 
 pub(super) const RULE: Rule = Rule {
@@ -40,7 +41,10 @@ fn run(facts: &Facts) -> Vec<String> {
         let placed_answer = answers.iter().any(|a| a.outcome == Outcome::Acknowledged);
         let decided_refusal = answers.iter().find(|a| matches!(a.status, Some(409 | 422)));
         let refused_answer = answers.iter().find(|a| a.outcome == Outcome::Refused);
-        if placed_answer && !matches!(stored_status, Some("placed")) {
+        if placed_answer
+            && !matches!(stored_status, Some("placed"))
+            && !facts.order_removed_past_horizon(order)
+        {
             found.push(format!(
                 "order {order} answered placed, stored {stored_status:?}"
             ));
@@ -63,11 +67,17 @@ fn run(facts: &Facts) -> Vec<String> {
 
 /// Every line was held by the order itself.
 fn placed(facts: &Facts, order: &str, lines: &[(String, i64)], found: &mut Vec<String>) {
+    let sent = facts.first_sent_us(order);
     for (i, (sku, qty)) in lines.iter().enumerate() {
         match facts.line(order, i, sku, *qty) {
             Line::Own(id) => {
-                let status = facts.status(&id);
-                let reserves = facts.kinds(&id).iter().filter(|k| **k == "reserve").count();
+                let status = facts.final_status(&id);
+                let reserves = facts
+                    .kinds_from_reserve(&id)
+                    .map_or(1, |kinds| kinds.iter().filter(|k| **k == "reserve").count());
+                if status == Some(ARCHIVED) {
+                    continue;
+                }
                 if !matches!(status, Some("held" | "confirmed" | "released" | "expired"))
                     || reserves != 1
                 {
@@ -76,6 +86,10 @@ fn placed(facts: &Facts, order: &str, lines: &[(String, i64)], found: &mut Vec<S
                     ));
                 }
             }
+            Line::NotStored
+                if super::facts::line_ids(order, i)
+                    .iter()
+                    .any(|id| facts.removed_past_horizon(id, sent)) => {}
             Line::NotStored => found.push(format!("order {order} placed but line {i} never held")),
             Line::Foreign(id) => found.push(format!(
                 "order {order} placed but line {id} is stored with another payload"
@@ -97,13 +111,15 @@ fn not_placed(
         let Line::Own(id) = facts.line(order, i, sku, *qty) else {
             continue;
         };
-        let status = facts.status(&id);
+        let status = facts.final_status(&id);
         let rows = facts
             .ledger_by_id
             .get(id.as_str())
             .cloned()
             .unwrap_or_default();
-        let taken = rows.iter().filter(|r| r.kind == "reserve").count();
+        let taken = facts
+            .kinds_from_reserve(&id)
+            .map_or(0, |kinds| kinds.iter().filter(|k| **k == "reserve").count());
         let back: Vec<_> = rows
             .iter()
             .filter(|r| matches!(r.kind.as_str(), "release" | "expire"))

@@ -23,14 +23,31 @@ pub(super) fn by_sku<'a>(facts: &Facts<'a>) -> BTreeMap<&'a str, Vec<&'a LedgerR
     by_sku
 }
 
+/// The sums of `sku`'s archived rows (zero when the ledger is whole), and the highest archived
+/// entry id.
+pub(super) fn archived(facts: &Facts, sku: &str) -> ([i64; 4], i64) {
+    facts.dump.archived.as_ref().map_or(([0; 4], 0), |a| {
+        (
+            a.totals.get(sku).copied().unwrap_or_default(),
+            a.last_entry_id,
+        )
+    })
+}
+
 fn run(facts: &Facts) -> Vec<String> {
     let mut found = Vec::new();
     for (sku, rows) in by_sku(facts) {
-        // [on_hand, available, held, confirmed] after each prefix of the SKU's ledger.
-        let mut s = [0i64; 4];
+        // [on_hand, available, held, confirmed] after each prefix of the SKU's ledger; where the
+        // ledger starts later, from the archived rows' sums. A row in the dump with an entry id
+        // below an archived one was inserted before it (its transaction began before the
+        // archived range ended): the prefixes are judged once all of those are in.
+        let (mut s, last_archived) = archived(facts, sku);
         for r in rows {
             for (acc, d) in s.iter_mut().zip(r.d) {
                 *acc += d;
+            }
+            if r.entry_id < last_archived {
+                continue;
             }
             let [on_hand, available, held, confirmed] = s;
             if available < 0 || held < 0 || confirmed < 0 || held + confirmed > on_hand {

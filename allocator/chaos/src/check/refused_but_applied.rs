@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 
+use super::facts::ARCHIVED;
 use super::{Facts, Outcome, Rule};
 
 pub(super) const RULE: Rule = Rule {
@@ -29,9 +30,11 @@ fn run(facts: &Facts) -> Vec<String> {
         .filter(|op| op.outcome == Outcome::Refused)
     {
         let id = op.id("reservation_id");
-        let status = facts.status(id);
+        let status = facts.final_status(id);
         let applied = match op.kind.as_str() {
-            "reserve" => status.is_some_and(|s| s != "rejected") && !collided(facts, op, id),
+            "reserve" => {
+                status.is_some_and(|s| s != "rejected" && s != ARCHIVED) && !collided(facts, op, id)
+            }
             "confirm" => status == Some("confirmed") && !maybe_applied.contains(&("confirm", id)),
             "release" => status == Some("released") && !maybe_applied.contains(&("release", id)),
             _ => false,
@@ -47,11 +50,22 @@ fn run(facts: &Facts) -> Vec<String> {
 }
 
 /// A refused reserve whose id is stored with another payload was refused *because* the id was
-/// taken (an idempotency mismatch): the stored reservation is someone else's.
+/// taken (an idempotency mismatch): the stored reservation is someone else's. A reservation
+/// removed past the horizon is told by its reserve row; with that archived too, whose it was
+/// cannot be told, and it is not counted against the refusal.
 fn collided(facts: &Facts, op: &super::Op, id: &str) -> bool {
-    facts.dump.reservations.get(id).is_some_and(|r| {
-        Some(r.sku.as_str()) != op.request["sku"].as_str()
-            || Some(r.quantity) != op.request["quantity"].as_i64()
+    let stored = match facts.dump.reservations.get(id) {
+        Some(r) => Some((r.sku.as_str(), r.quantity)),
+        None => match facts.ledger_by_id.get(id) {
+            Some(rows) => rows
+                .iter()
+                .find(|r| r.kind == "reserve")
+                .map(|r| (r.sku.as_str(), r.d[2])),
+            None => return false,
+        },
+    };
+    stored.is_none_or(|(sku, quantity)| {
+        Some(sku) != op.request["sku"].as_str() || Some(quantity) != op.request["quantity"].as_i64()
     })
 }
 

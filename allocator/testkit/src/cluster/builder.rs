@@ -50,6 +50,7 @@ pub struct ClusterBuilder {
     log_dir: Option<PathBuf>,
     first_id: usize,
     migrate: bool,
+    migrate_args: Vec<String>,
     ready_timeout: Duration,
     map_timeout: Duration,
 }
@@ -79,6 +80,7 @@ impl Default for ClusterBuilder {
             log_dir: None,
             first_id: 0,
             migrate: true,
+            migrate_args: Vec::new(),
             ready_timeout: Duration::from_secs(60),
             map_timeout: Duration::from_secs(60),
         }
@@ -197,6 +199,13 @@ impl ClusterBuilder {
         self
     }
 
+    /// Flags of `allocator migrate` after the database and the partition count (e.g. the
+    /// ledger's partition span).
+    pub fn migrate_args(mut self, args: Vec<String>) -> Self {
+        self.migrate_args = args;
+        self
+    }
+
     /// Whether to run `allocator migrate` (default); without it the cluster is only its
     /// servers unless the caller migrates before starting services.
     pub fn migrate(mut self, on: bool) -> Self {
@@ -254,6 +263,7 @@ impl ClusterBuilder {
                 &self.template.allocator_bin,
                 &db_url,
                 self.partitions,
+                &self.migrate_args,
                 &log_dir,
             )?;
         }
@@ -289,7 +299,13 @@ impl ClusterBuilder {
 }
 
 /// `allocator migrate`, its output appended to `migrate.log` in `log_dir`.
-fn migrate(bin: &Path, db_url: &str, partitions: u32, log_dir: &Path) -> Result<()> {
+fn migrate(
+    bin: &Path,
+    db_url: &str,
+    partitions: u32,
+    args: &[String],
+    log_dir: &Path,
+) -> Result<()> {
     let log_path = log_dir.join("migrate.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -298,6 +314,7 @@ fn migrate(bin: &Path, db_url: &str, partitions: u32, log_dir: &Path) -> Result<
     let status = Command::new(bin)
         .args(["migrate", "--database-url", db_url, "--partitions"])
         .arg(partitions.to_string())
+        .args(args)
         .env("RUST_LOG", "warn")
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
