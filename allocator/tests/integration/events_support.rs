@@ -53,6 +53,26 @@ pub(crate) async fn mixed_load(base: &str, tag: &str, rounds: usize) {
     }
 }
 
+/// Waits until the load's 1 s holds have expired: an expiry relayed between a check's database
+/// read and its Redis read would show as one entry too many.
+pub(crate) async fn wait_no_holds(db: &str) {
+    let pg = client(db).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pg
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE status = 'held'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        > 0
+    {
+        assert!(Instant::now() < deadline, "holds did not expire");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Every entry of every `events:*` stream, by stream key: (entry id, dedupe key, event JSON).
 pub(crate) async fn read_redis(redis_url: &str) -> BTreeMap<String, Vec<(String, String, Value)>> {
     let client = redis::Client::open(redis_url).expect("redis url");

@@ -9,6 +9,7 @@ mod common;
 mod config;
 mod events;
 mod events_faults;
+mod events_restarts;
 mod events_support;
 mod failover;
 mod fast_path;
