@@ -11,13 +11,19 @@
 //! * an event beyond the next position means entries are missing from Redis (trimmed by `MAXLEN`,
 //!   or lost with a Redis restart before the relay republished them): fill the gap from
 //!   `GET /v1/events` (with `--target`), then go on;
-//! * a group that vanished (Redis restarted empty) is created again from the stream's start.
+//! * a group that vanished (Redis restarted empty) is created again from the stream's start;
+//! * Redis or the gap-filling target being down is waited out (reconnect with backoff), never
+//!   a reason to skip ahead.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use allocator_client::backoff::Backoff;
 use anyhow::{bail, Context};
 use clap::Args;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use schema::events::{Event, EventPage, Stream};
 use serde::Serialize;
 
@@ -49,6 +55,14 @@ pub struct EventsArgs {
     /// Stop after this many seconds without a new event.
     #[arg(long, env = "LOADTEST_EVENTS_IDLE_SECS", default_value_t = 5)]
     idle_secs: u64,
+    /// Write every delivery (applied, duplicate, filled from the API) as a JSON line to this
+    /// file, in the order the consumer saw them: what the chaos run's `event-delivery` rule judges.
+    #[arg(long, env = "LOADTEST_EVENTS_LOG")]
+    log: Option<PathBuf>,
+    /// Keep consuming, however long no event arrives (Redis down, the relay moving), until this
+    /// file exists; then stop after `--idle-secs` without news.
+    #[arg(long, env = "LOADTEST_EVENTS_DRAIN_WHEN")]
+    drain_when: Option<PathBuf>,
 }
 
 /// What the consumer saw, per stream and in total.
@@ -64,24 +78,111 @@ pub struct Report {
     pub gaps: u64,
     /// Duplicates whose key differed from the applied event's: must be 0.
     pub key_mismatches: u64,
+    /// Redis commands that failed (Redis stopped or restarting) and were retried.
+    pub redis_errors: u64,
+    /// `GET /v1/events` pages that failed (the target down) and were retried.
+    pub fill_errors: u64,
+}
+
+/// How long a gap may stay unfillable (the target down) before the consumer gives up.
+const FILL_DEADLINE: Duration = Duration::from_secs(90);
+
+/// Where a delivery came from, as the log records it.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Redis,
+    Api,
+}
+
+/// The consumer's state: last applied position per stream, counts, and the delivery log.
+struct Consumer {
+    last: BTreeMap<Stream, i64>,
+    report: Report,
+    log: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Consumer {
+    /// Record one delivery; true when it is applied (the next position), false for a duplicate.
+    fn deliver(&mut self, stream: Stream, event: &Event, key: &str, source: Source) -> bool {
+        let position = event.position();
+        let applied = self.last[&stream];
+        let duplicate = position <= applied;
+        if duplicate {
+            self.report.duplicates += 1;
+            if key != stream.key(position) {
+                self.report.key_mismatches += 1;
+            }
+        } else {
+            match source {
+                Source::Redis => self.report.applied += 1,
+                Source::Api => self.report.filled += 1,
+            }
+            self.last.insert(stream, position);
+        }
+        if let Some(log) = &mut self.log {
+            let id = match event {
+                Event::Ledger(e) => e.reservation_id.clone().or(e.adjustment_id.clone()),
+                Event::Settlement(_) => None,
+            };
+            let line = serde_json::json!({
+                "stream": stream.name(), "position": position, "key": key,
+                "type": event.event_type(), "id": id, "duplicate": duplicate,
+                "source": match source { Source::Redis => "redis", Source::Api => "api" },
+            });
+            // The log is the chaos checker's evidence: losing a line would be a false alarm.
+            writeln!(log, "{line}").expect("writing the delivery log");
+        }
+        !duplicate
+    }
+}
+
+async fn connect(url: &str) -> anyhow::Result<ConnectionManager> {
+    let client = redis::Client::open(url).context("--redis-url")?;
+    // The manager reconnects by itself after Redis restarts; each command still fails while
+    // Redis is away, and the loop below waits that out.
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(5)))
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_number_of_retries(2);
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .context("connecting to Redis")
 }
 
 pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
-    let client = redis::Client::open(args.redis_url.as_str()).context("--redis-url")?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .context("connecting to Redis")?;
-    conn.set_response_timeout(Duration::from_secs(5));
+    let mut conn = connect(&args.redis_url).await?;
     let http = reqwest::Client::new();
     let mut streams: Vec<Stream> = (0..args.partitions).map(Stream::Partition).collect();
     streams.push(Stream::Settlement);
     let keys: Vec<String> = streams.iter().map(|s| s.redis_key()).collect();
-    let mut last: BTreeMap<Stream, i64> = streams.iter().map(|s| (*s, 0)).collect();
-    let mut report = Report::default();
-    create_groups(&mut conn, &keys, &args.group).await?;
+    let log = match &args.log {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let mut consumer = Consumer {
+        last: streams.iter().map(|s| (*s, 0)).collect(),
+        report: Report::default(),
+        log,
+    };
+    let mut groups_ready = false;
+    let mut failures = 0u32;
     let mut idle_since = Instant::now();
-    while idle_since.elapsed() < Duration::from_secs(args.idle_secs) {
+    loop {
+        let draining = args.drain_when.as_ref().is_none_or(|p| p.exists());
+        if draining && idle_since.elapsed() >= Duration::from_secs(args.idle_secs) {
+            break;
+        }
+        if !groups_ready {
+            match create_groups(&mut conn, &keys, &args.group).await {
+                Ok(()) => groups_ready = true,
+                Err(e) => {
+                    wait_out(&mut consumer.report, &mut failures, &e).await;
+                    continue;
+                }
+            }
+        }
         let mut read = redis::cmd("XREADGROUP");
         read.arg("GROUP").arg(&args.group).arg(&args.consumer);
         read.arg("COUNT")
@@ -96,11 +197,15 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
             Ok(reply) => reply,
             Err(e) if e.code() == Some("NOGROUP") => {
                 // Redis restarted empty: the group went with the streams.
-                create_groups(&mut conn, &keys, &args.group).await?;
+                groups_ready = false;
                 continue;
             }
-            Err(e) => return Err(anyhow::Error::from(e).context("XREADGROUP")),
+            Err(e) => {
+                wait_out(&mut consumer.report, &mut failures, &e.into()).await;
+                continue;
+            }
         };
+        failures = 0;
         for (key, entries) in reply.into_iter().flatten() {
             let index = keys
                 .iter()
@@ -118,35 +223,34 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
                 };
                 let event: Event = serde_json::from_str(&field("event"))
                     .with_context(|| format!("{key} {id}: not an event"))?;
-                let position = event.position();
-                let applied = last[&stream];
-                if position <= applied {
-                    report.duplicates += 1;
-                    if field("key") != stream.key(position) {
-                        report.key_mismatches += 1;
-                    }
-                } else {
-                    if position > applied + 1 {
-                        let filled = fill(&http, &args, stream, applied, position).await?;
-                        match filled {
-                            Some(n) => report.filled += n,
-                            None => report.gaps += 1,
-                        }
-                    }
-                    report.applied += 1;
-                    last.insert(stream, position);
+                let applied = consumer.last[&stream];
+                if event.position() > applied + 1 {
+                    fill(&http, &args, &mut consumer, stream, event.position()).await?;
                 }
-                let _: i64 = redis::cmd("XACK")
+                consumer.deliver(stream, &event, &field("key"), Source::Redis);
+                let acked: redis::RedisResult<i64> = redis::cmd("XACK")
                     .arg(&key)
                     .arg(&args.group)
                     .arg(&id)
                     .query_async(&mut conn)
-                    .await
-                    .context("XACK")?;
+                    .await;
+                // An entry left unacknowledged stays pending in the group; nothing reads it
+                // twice, so a failed acknowledgement is only counted.
+                if acked.is_err() {
+                    consumer.report.redis_errors += 1;
+                }
             }
         }
+        if let Some(log) = &mut consumer.log {
+            log.flush().context("writing the delivery log")?;
+        }
     }
-    report.last_position = last
+    if let Some(log) = &mut consumer.log {
+        log.flush().context("writing the delivery log")?;
+    }
+    let mut report = consumer.report;
+    report.last_position = consumer
+        .last
         .iter()
         .filter(|(_, p)| **p > 0)
         .map(|(s, p)| (s.name(), *p))
@@ -154,8 +258,18 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// A failed Redis command: count it and wait before the next try.
+async fn wait_out(report: &mut Report, failures: &mut u32, error: &anyhow::Error) {
+    report.redis_errors += 1;
+    if *failures == 0 {
+        eprintln!("loadtest events: Redis: {error:#}; retrying");
+    }
+    tokio::time::sleep(Backoff::RECONNECT.delay(*failures)).await;
+    *failures = failures.saturating_add(1);
+}
+
 async fn create_groups(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut ConnectionManager,
     keys: &[String],
     group: &str,
 ) -> anyhow::Result<()> {
@@ -177,37 +291,57 @@ async fn create_groups(
     Ok(())
 }
 
-/// Fetch the events between `applied` and `upto` (exclusive) from `GET /v1/events`; `None`
-/// without `--target`. Counted as applied: they are, in order, before `upto`.
+/// Apply the events between the last applied one and `upto` (exclusive) from `GET /v1/events`;
+/// without `--target` the gap is counted and left open. A target that does not answer is
+/// retried for [`FILL_DEADLINE`].
 async fn fill(
     http: &reqwest::Client,
     args: &EventsArgs,
+    consumer: &mut Consumer,
     stream: Stream,
-    applied: i64,
     upto: i64,
-) -> anyhow::Result<Option<u64>> {
+) -> anyhow::Result<()> {
     let Some(target) = &args.target else {
-        return Ok(None);
+        consumer.report.gaps += 1;
+        return Ok(());
     };
     let partition = match stream {
         Stream::Partition(p) => p.to_string(),
         Stream::Settlement => "settlement".to_owned(),
     };
-    let mut after = applied;
-    let mut filled = 0;
-    while after + 1 < upto {
+    let started = Instant::now();
+    let mut failures = 0u32;
+    while consumer.last[&stream] + 1 < upto {
+        let after = consumer.last[&stream];
         let limit = (upto - after - 1).min(schema::events::PAGE_LIMIT_MAX);
         let url = format!("{target}/v1/events?partition={partition}&after={after}&limit={limit}");
-        let mut request = http.get(url);
+        let mut request = http.get(url).timeout(Duration::from_secs(5));
         if let Some(token) = &args.token {
             request = request.bearer_auth(token);
         }
-        let page: EventPage = request.send().await?.error_for_status()?.json().await?;
+        let page: Result<EventPage, reqwest::Error> =
+            async { request.send().await?.error_for_status()?.json().await }.await;
+        let page = match page {
+            Ok(page) => page,
+            Err(e) => {
+                consumer.report.fill_errors += 1;
+                if started.elapsed() > FILL_DEADLINE {
+                    bail!("{partition}: no events page after {after} within {FILL_DEADLINE:?}: {e}");
+                }
+                tokio::time::sleep(Backoff::RECONNECT.delay(failures)).await;
+                failures = failures.saturating_add(1);
+                continue;
+            }
+        };
         if page.events.is_empty() {
             bail!("{partition}: the database has nothing after {after}, Redis had {upto}");
         }
-        filled += page.events.len() as u64;
-        after = page.next_after;
+        for event in &page.events {
+            if event.position() != consumer.last[&stream] + 1 {
+                bail!("{partition}: the page after {after} skips to {}", event.position());
+            }
+            consumer.deliver(stream, event, event.key(), Source::Api);
+        }
     }
-    Ok(Some(filled))
+    Ok(())
 }
