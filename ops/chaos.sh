@@ -69,7 +69,7 @@ if ((negative)); then
     step "build the negative-control allocator"
     # (`--features negative-control` applies to the selected package that has it; the
     # `allocator/negative-control` form would name the allocator's dev-dependency on itself.)
-    cargo build -q -p allocator -p router -p chaos --features negative-control
+    cargo build -q -p allocator -p router -p chaos -p loadtest --features negative-control
     cp "$bin_dir/allocator" "$bin_dir/allocator-negative-control"
     allocator_bin="$bin_dir/allocator-negative-control"
     # A default binary here would make the control test nothing; its log line only exists in
@@ -77,8 +77,8 @@ if ((negative)); then
     grep -q "negative control armed" "$allocator_bin" \
         || die "$allocator_bin was not built with the negative-control feature"
 fi
-step "build allocator, router, chaos"
-cargo build -q -p allocator -p router -p chaos
+step "build allocator, router, chaos, loadtest"
+cargo build -q -p allocator -p router -p chaos -p loadtest
 
 suffix=""
 label=""

@@ -60,7 +60,9 @@ pub struct EventsArgs {
     #[arg(long, env = "LOADTEST_EVENTS_LOG")]
     log: Option<PathBuf>,
     /// Keep consuming, however long no event arrives (Redis down, the relay moving), until this
-    /// file exists; then stop after `--idle-secs` without news.
+    /// file exists; then stop once every stream the file names (a JSON object of stream name →
+    /// position, `{"partition/3": 812}`) is applied up to that position, or after `--idle-secs`
+    /// without news.
     #[arg(long, env = "LOADTEST_EVENTS_DRAIN_WHEN")]
     drain_when: Option<PathBuf>,
 }
@@ -169,10 +171,23 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
     let mut groups_ready = false;
     let mut failures = 0u32;
     let mut idle_since = Instant::now();
+    let mut drain: Option<BTreeMap<Stream, i64>> = None;
     loop {
-        let draining = args.drain_when.as_ref().is_none_or(|p| p.exists());
-        if draining && idle_since.elapsed() >= Duration::from_secs(args.idle_secs) {
-            break;
+        if drain.is_none() {
+            drain = match &args.drain_when {
+                None => Some(BTreeMap::new()),
+                Some(path) if path.exists() => Some(drain_targets(path)?),
+                Some(_) => None,
+            };
+        }
+        if let Some(targets) = &drain {
+            let reached = !targets.is_empty()
+                && targets
+                    .iter()
+                    .all(|(s, p)| consumer.last.get(s).is_some_and(|l| l >= p));
+            if reached || idle_since.elapsed() >= Duration::from_secs(args.idle_secs) {
+                break;
+            }
         }
         if !groups_ready {
             match create_groups(&mut conn, &keys, &args.group).await {
@@ -258,6 +273,23 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// The positions to reach before stopping, from a `--drain-when` file (empty: none).
+fn drain_targets(path: &std::path::Path) -> anyhow::Result<BTreeMap<Stream, i64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    if text.trim().is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let named: BTreeMap<String, i64> = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not an object of positions", path.display()))?;
+    named
+        .into_iter()
+        .map(|(name, p)| {
+            let stream = Stream::parse(&name).with_context(|| format!("no stream {name}"))?;
+            Ok((stream, p))
+        })
+        .collect()
+}
+
 /// A failed Redis command: count it and wait before the next try.
 async fn wait_out(report: &mut Report, failures: &mut u32, error: &anyhow::Error) {
     report.redis_errors += 1;
@@ -326,7 +358,9 @@ async fn fill(
             Err(e) => {
                 consumer.report.fill_errors += 1;
                 if started.elapsed() > FILL_DEADLINE {
-                    bail!("{partition}: no events page after {after} within {FILL_DEADLINE:?}: {e}");
+                    bail!(
+                        "{partition}: no events page after {after} within {FILL_DEADLINE:?}: {e}"
+                    );
                 }
                 tokio::time::sleep(Backoff::RECONNECT.delay(failures)).await;
                 failures = failures.saturating_add(1);
@@ -338,7 +372,10 @@ async fn fill(
         }
         for event in &page.events {
             if event.position() != consumer.last[&stream] + 1 {
-                bail!("{partition}: the page after {after} skips to {}", event.position());
+                bail!(
+                    "{partition}: the page after {after} skips to {}",
+                    event.position()
+                );
             }
             consumer.deliver(stream, event, event.key(), Source::Api);
         }

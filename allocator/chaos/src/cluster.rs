@@ -71,6 +71,11 @@ fn allocator_args(spec: &ClusterSpec) -> Vec<String> {
             .with_file_name("ledger-archive")
             .display()
             .to_string(),
+        // The change-event relay, consumed by the run's consumer (crate::consumer).
+        "--events".to_owned(),
+        "true".to_owned(),
+        "--events-interval-ms".to_owned(),
+        "100".to_owned(),
     ]);
     args
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 /// (key in the dump, query producing its rows).
-const TABLES: [(&str, &str); 12] = [
+const TABLES: [(&str, &str); 13] = [
     (
         "inventory",
         "SELECT sku, partition, on_hand, available, held, confirmed, highest_epoch
@@ -29,7 +29,7 @@ const TABLES: [(&str, &str); 12] = [
     (
         "ledger",
         "SELECT entry_id, sku, partition, kind, reservation_id, adjustment_id, d_on_hand,
-                d_available, d_held, d_confirmed, epoch,
+                d_available, d_held, d_confirmed, epoch, position,
                 (extract(epoch FROM written_at) * 1000000)::bigint AS written_us,
                 (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_us
            FROM ledger ORDER BY entry_id",
@@ -58,8 +58,12 @@ const TABLES: [(&str, &str); 12] = [
         "settlement_runs",
         "SELECT (extract(epoch FROM window_start) * 1000000)::bigint AS start_us,
                 (extract(epoch FROM window_end) * 1000000)::bigint AS end_us,
-                status, term, holder_id, reservations, quantity
+                status, term, holder_id, reservations, quantity, position
            FROM settlement_runs ORDER BY window_start",
+    ),
+    (
+        "event_relay_progress",
+        "SELECT stream, published, term FROM event_relay_progress ORDER BY stream",
     ),
     (
         "settlements",

@@ -10,10 +10,14 @@
 //!   and the response status and body, or the error with outcome `unknown`;
 //! * `faults.jsonl` — one line per injected fault: kind, target, start and end;
 //! * `dump.json` — the database at the end: inventory, reservations, ledger (with each row's
-//!   write time and transaction start), adjustments, orders (with their stored requests),
+//!   write time, transaction start and event position), the relay's recorded progress,
+//!   adjustments, orders (with their stored requests),
 //!   leases, the lease history and its horizon, settlement runs and per-SKU totals, the archived
 //!   ledger partitions with their per-SKU sums, and the dump's time with the idempotency
 //!   horizon (before it, the retention job may have removed finished reservations and orders);
+//! * `events.jsonl` — every change event the run's consumer (`loadtest events`, running through
+//!   the whole schedule) received, in order, and `events.heads.json`, each stream's last
+//!   position read after the consumer stopped;
 //! * `summary.json` — seed, duration, faults per kind and each process's resident memory at the
 //!   start and the end.
 //!

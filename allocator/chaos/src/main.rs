@@ -4,10 +4,12 @@
 //! The run: start the cluster, stock every SKU, record each process's resident memory, start
 //! the clients and the restocker, inject faults until the duration is over, stop the clients,
 //! heal whatever a fault left behind, wait until every partition has an owner again, record
-//! memory again and dump the database. The harness only records; judging is the checker's job,
+//! memory again, wait for the change-event relay, dump the database and drain the event
+//! consumer. The harness only records; judging is the checker's job,
 //! so the harness exits 0 whenever it could run and record the whole schedule.
 
 mod cluster;
+mod consumer;
 mod faults;
 mod history;
 mod replicas;
@@ -56,6 +58,10 @@ struct Args {
     /// The router binary (default: next to this one).
     #[arg(long)]
     router_bin: Option<PathBuf>,
+    /// The load generator, whose `events` command is the run's change-event consumer (default:
+    /// next to this one).
+    #[arg(long)]
+    loadtest_bin: Option<PathBuf>,
     /// Concurrent clients.
     #[arg(long, default_value_t = 6)]
     clients: usize,
@@ -173,7 +179,8 @@ async fn main() -> Result<()> {
         log_dir: out.join("logs"),
         auth_file: Some(out.join("routers.auth")),
     };
-    for bin in [&spec.allocator_bin, &spec.router_bin] {
+    let loadtest_bin = args.loadtest_bin.unwrap_or_else(|| sibling("loadtest"));
+    for bin in [&spec.allocator_bin, &spec.router_bin, &loadtest_bin] {
         anyhow::ensure!(
             bin.is_file(),
             "{} is missing: build it first",
@@ -182,6 +189,14 @@ async fn main() -> Result<()> {
     }
     tracing::info!(seed = args.seed, duration_s = args.duration, negative_control = args.negative_control, dir = %out.display(), "starting cluster");
     let mut cluster = Cluster::start(spec, 3, 2).await?;
+    let consumer = consumer::EventConsumer::start(
+        &loadtest_bin,
+        &cluster.redis.url(),
+        cluster::PARTITIONS,
+        &cluster.routers[0].url,
+        &tokens.client,
+        &out,
+    )?;
 
     let clock = Clock::start();
     let history = Arc::new(JsonLines::create(&out.join("history.jsonl"))?);
@@ -233,8 +248,11 @@ async fn main() -> Result<()> {
     let rss = cluster.rss_report();
     let client = cluster.db().await?;
     wait_for_settlement(&client, Duration::from_secs(45)).await;
+    consumer::wait_for_relay(&client, Duration::from_secs(45)).await;
     let horizon = Duration::from_secs(cluster::RETENTION_HORIZON_SECS);
     dump::write(&client, &out.join("dump.json"), Some(horizon)).await?;
+    consumer.drain(&client, Duration::from_secs(60)).await?;
+    consumer::write_heads(&client, &out).await?;
     let summary = json!({
         "seed": args.seed,
         "duration_s": args.duration,

@@ -1,15 +1,16 @@
 //! `chaos-check DIR`: checks a chaos run's recorded history against its final database dump.
 //!
-//! Reads `DIR/history.jsonl` and `DIR/dump.json` (and, for the table only, `DIR/faults.jsonl`
-//! and `DIR/summary.json`), prints the operations, faults, memory and violations table, writes
-//! `DIR/check.json` (violations per rule) and exits 1 when any rule found a violation, 2 when
-//! the input could not be read.
+//! Reads `DIR/history.jsonl`, `DIR/dump.json` and, when the run had a change-event consumer,
+//! `DIR/events.jsonl` with `DIR/events.heads.json` (and, for the table only, `DIR/faults.jsonl` and `DIR/summary.json`),
+//! prints the operations, faults, memory and violations table, writes `DIR/check.json`
+//! (violations per rule) and exits 1 when any rule found a violation, 2 when the input could not
+//! be read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use chaos::check::{check, Dump, Op};
+use chaos::check::{check, Delivery, Dump, Op};
 use serde_json::Value;
 
 fn read_jsonl(path: &Path) -> Result<Vec<Value>, String> {
@@ -33,7 +34,29 @@ fn run(dir: &Path) -> Result<bool, String> {
         std::fs::read_to_string(&dump_path).map_err(|e| format!("{}: {e}", dump_path.display()))?;
     let dump_json: Value =
         serde_json::from_str(&dump_text).map_err(|e| format!("{}: {e}", dump_path.display()))?;
-    let dump = Dump::from_json(&dump_json)?;
+    let mut dump = Dump::from_json(&dump_json)?;
+    let events = dir.join("events.jsonl");
+    if events.is_file() {
+        let deliveries = read_jsonl(&events)?
+            .iter()
+            .map(Delivery::from_json)
+            .collect::<Result<_, _>>()?;
+        dump.deliveries = Some(deliveries);
+    }
+    let heads = dir.join("events.heads.json");
+    if heads.is_file() {
+        let text =
+            std::fs::read_to_string(&heads).map_err(|e| format!("{}: {e}", heads.display()))?;
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", heads.display()))?;
+        let heads = v
+            .as_object()
+            .ok_or_else(|| format!("{}: not an object", heads.display()))?
+            .iter()
+            .map(|(k, n)| Ok((k.clone(), n.as_i64().ok_or(format!("{k}: not an integer"))?)))
+            .collect::<Result<_, String>>()?;
+        dump.final_heads = Some(heads);
+    }
     let report = check(&history, &dump);
 
     println!("{}", report.table());

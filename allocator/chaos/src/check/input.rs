@@ -101,6 +101,8 @@ pub struct LedgerRow {
     pub written_us: i64,
     /// `recorded_at` (its transaction's start, what settlement windows are cut by), in µs.
     pub recorded_us: i64,
+    /// Its position in the partition's change-event stream (V12); `None` in older dumps.
+    pub position: Option<i64>,
 }
 
 /// A reservation as dumped.
@@ -128,6 +130,8 @@ pub struct Run {
     pub status: String,
     pub reservations: Option<i64>,
     pub quantity: Option<i64>,
+    /// A settled window's position in the `settlement` stream (V13).
+    pub position: Option<i64>,
 }
 
 /// One `settlements` row: a window's total for one SKU.
@@ -162,6 +166,47 @@ pub struct Dump {
     pub removed_before_us: Option<i64>,
     /// The ledger's archived prefix (V17), when partitions were archived.
     pub archived: Option<ArchivedPrefix>,
+    /// stream (`partition/P`, `settlement`) → the position up to which the relay recorded it as
+    /// published at the dump (`event_relay_progress`).
+    pub relay_progress: BTreeMap<String, i64>,
+    /// The dump's time (µs, database clock), when recorded.
+    pub dumped_us: Option<i64>,
+    /// What the run's change-event consumer logged (`events.jsonl`), in the order it saw it;
+    /// `None` when no consumer ran.
+    pub deliveries: Option<Vec<Delivery>>,
+    /// stream → its last position, read after the consumer stopped (`events.heads.json`).
+    pub final_heads: Option<BTreeMap<String, i64>>,
+}
+
+/// One change event as the run's consumer received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// `partition/P` or `settlement`.
+    pub stream: String,
+    pub position: i64,
+    /// The dedupe key it carried.
+    pub key: String,
+    /// `reservation.held`, …, `settlement.window_settled`.
+    pub event_type: String,
+    /// The reservation or adjustment id, for a ledger event.
+    pub id: Option<String>,
+    /// At or below the consumer's last applied position: skipped, not applied.
+    pub duplicate: bool,
+}
+
+impl Delivery {
+    pub fn from_json(v: &Value) -> Result<Delivery, String> {
+        Ok(Delivery {
+            stream: field_str(v, "stream")?,
+            position: field_i64(v, "position")?,
+            key: field_str(v, "key")?,
+            event_type: field_str(v, "type")?,
+            id: v["id"].as_str().map(str::to_owned),
+            duplicate: v["duplicate"]
+                .as_bool()
+                .ok_or_else(|| format!("delivery without duplicate: {v}"))?,
+        })
+    }
 }
 
 /// What the dump knows of archived ledger partitions: the ledger it holds is the history from
@@ -240,6 +285,7 @@ impl Dump {
                 epoch: field_i64(r, "epoch")?,
                 written_us,
                 recorded_us: r["recorded_us"].as_i64().unwrap_or(written_us),
+                position: r["position"].as_i64(),
             });
         }
         for r in rows(v, "adjustments")? {
@@ -278,6 +324,7 @@ impl Dump {
                 status: field_str(r, "status")?,
                 reservations: r["reservations"].as_i64(),
                 quantity: r["quantity"].as_i64(),
+                position: r["position"].as_i64(),
             });
         }
         for r in optional_rows(v, "settlements") {
@@ -292,6 +339,13 @@ impl Dump {
             .first()
             .map(|r| field_i64(r, "first_entry_id"))
             .transpose()?;
+        for r in optional_rows(v, "event_relay_progress") {
+            dump.relay_progress
+                .insert(field_str(r, "stream")?, field_i64(r, "published")?);
+        }
+        dump.dumped_us = optional_rows(v, "retention")
+            .first()
+            .and_then(|r| r["dumped_us"].as_i64());
         dump.removed_before_us = optional_rows(v, "retention")
             .first()
             .map(|r| Ok::<_, String>(field_i64(r, "dumped_us")? - field_i64(r, "horizon_us")?))

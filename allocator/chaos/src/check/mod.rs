@@ -24,6 +24,7 @@
 //! | `order-atomicity` | an order answered `2xx` or stored `placed` with a line it never held (or held under another request's payload); an order answered `409`/`422`/any `4xx` or stored `failed`/`refused` with a line still held or confirmed, a hold not given back, or given back only after the answer; answers that contradict the stored decision |
 //! | `orphan-held-line` | a hold at the end under an order's line id whose order is absent, `failed` or `refused`, or stores another payload for that line |
 //! | `settlement-exactness` | a confirmation inside the settled range in no settled window or in more than one; a window's per-SKU totals that differ from the ledger's confirmations in it; a run's totals that differ from its rows |
+//! | `event-delivery` | the run's change-event consumer applied a stream's positions other than `1, 2, 3, …` in order; a duplicate with another position's key; a ledger row or settled window the relay recorded as published that the consumer never got, or got as another event; a row still unpublished 30 s after its commit; an event beyond the database's stream |
 //!
 //! History that the database no longer holds (see [`facts`]): reservations and orders the
 //! retention job removed past the idempotency horizon may be missing when their ledger rows (or
@@ -42,6 +43,7 @@ use serde_json::Value;
 
 mod acked_hold_missing;
 mod double_reserve;
+mod event_delivery;
 mod facts;
 #[cfg(test)]
 mod horizon_tests;
@@ -60,7 +62,9 @@ mod stale_epoch_write;
 mod testdata;
 
 pub use facts::Facts;
-pub use input::{ArchivedPrefix, Dump, LedgerRow, Op, Order, Outcome, Reservation, Run, Settled};
+pub use input::{
+    ArchivedPrefix, Delivery, Dump, LedgerRow, Op, Order, Outcome, Reservation, Run, Settled,
+};
 
 /// One rule of the checker.
 pub struct Rule {
@@ -71,7 +75,7 @@ pub struct Rule {
 }
 
 /// Every rule, in table order.
-pub const RULES: [Rule; 12] = [
+pub const RULES: [Rule; 13] = [
     oversell::RULE,
     negative_row::RULE,
     ledger_row_mismatch::RULE,
@@ -84,6 +88,7 @@ pub const RULES: [Rule; 12] = [
     order_atomicity::RULE,
     orphan_held_line::RULE,
     settlement_exactness::RULE,
+    event_delivery::RULE,
 ];
 
 /// How many examples of each violated rule the table shows.

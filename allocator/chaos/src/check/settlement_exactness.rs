@@ -127,6 +127,7 @@ mod tests {
             status: "settled".into(),
             reservations: Some(reservations),
             quantity: Some(quantity),
+            position: None,
         }
     }
 

@@ -51,6 +51,7 @@ pub fn row(
         epoch,
         written_us: at,
         recorded_us: at,
+        position: None,
     }
 }
 
@@ -101,6 +102,7 @@ pub fn clean() -> (Vec<Op>, Dump) {
             status: "settled".into(),
             reservations: Some(1),
             quantity: Some(3),
+            position: Some(1),
         },
         Run {
             start_us: 100,
@@ -108,6 +110,7 @@ pub fn clean() -> (Vec<Op>, Dump) {
             status: "running".into(),
             reservations: None,
             quantity: None,
+            position: None,
         },
     ];
     dump.settlements = vec![Settled {
