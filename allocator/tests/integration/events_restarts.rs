@@ -33,7 +33,10 @@ async fn a_planned_handoff_moves_the_relay_without_a_gap_or_a_duplicate() {
         let url = staying.url.clone();
         async move { mixed_load(&url, "term-2", 20).await }
     });
-    leaving.process.sigterm().expect("SIGTERM the relay's holder");
+    leaving
+        .process
+        .sigterm()
+        .expect("SIGTERM the relay's holder");
     let status = leaving
         .process
         .wait_exit(Duration::from_secs(30))
@@ -52,7 +55,10 @@ async fn a_planned_handoff_moves_the_relay_without_a_gap_or_a_duplicate() {
     .await;
     mixed_load(&staying.url, "term-3", 8).await;
     let new_term = crate::settlement_support::wait_for_holder(&db, &staying.id).await;
-    assert!(new_term > term, "the remaining replica relays under a newer term");
+    assert!(
+        new_term > term,
+        "the remaining replica relays under a newer term"
+    );
     wait_no_holds(&db).await;
     wait_delivered(&db, &redis.url(), Duration::from_secs(30)).await;
     assert!(assert_delivered_once(&db, &redis.url()).await > 0);
