@@ -16,6 +16,12 @@
 #                             zipf routed, and open loop zipf at BENCH_COMPARE_RATE (1000/s)
 #                             direct and routed. Prints both and the ratios of throughput and of
 #                             CPU per operation (no pgbench or Redis rows)
+#   ops/bench.sh --relay      the change-event relay's cost, in one invocation: two clusters of the
+#                             current build, the relay off (baseline) and on (`--events true`,
+#                             current); BENCH_ROUNDS rounds alternate them on closed-loop hot and
+#                             zipf rows, direct and routed, and open loop zipf routed at
+#                             BENCH_COMPARE_RATE; prints both, the ratios, and what the relay
+#                             published and still lagged at the end
 #   ops/bench.sh growth [--help]
 #                             whether a reserve's cost grows with history, and table sizes under
 #                             a short idempotency horizon: ops/bench/growth.sh (its own knobs)
@@ -62,6 +68,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SHORT=""
 COMPARE=""
+RELAY=""
 while (($#)); do
     case "$1" in
         growth) shift; exec "$OPS_DIR/bench/growth.sh" "$@" ;;
@@ -71,6 +78,7 @@ while (($#)); do
             COMPARE="$(cd "$2" && pwd)" || die "--compare: no directory $2"
             shift
             ;;
+        --relay) RELAY=1 ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         *) die "unknown argument '$1' (try --help)" ;;
     esac
@@ -218,7 +226,13 @@ use_cluster() {
 }
 
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
-start_cluster cluster "${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}" "${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"
+ALLOCATOR_BIN="${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}"
+ROUTER_BIN="${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"
+if [[ -n "$RELAY" ]]; then
+    CLUSTER_ALLOCATOR_ARGS="${CLUSTER_ALLOCATOR_ARGS:-} --events true" start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
+else
+    start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
+fi
 info "CPU from /proc: postgres pid $PG_PID (and its backends), allocator pid $ALLOC_PID, router pid $ROUTER_PID"
 
 # row SYSTEM LABEL WORKLOAD LOAD FRACTION TPS P50 P99 P999 PG_US ALLOC_US ROUTER_US GEN_US INVARIANTS NOTE:
@@ -345,31 +359,10 @@ loadtest_row() {
 
 ROW_N=0
 VARIANT=""
-if [[ -n "$COMPARE" ]]; then
-    CURRENT_LOADTEST=$LOADTEST
-    start_cluster baseline "$COMPARE/allocator" "$COMPARE/router"
-    for ((round = 1; round <= ROUNDS; round++)); do
-        for VARIANT in baseline current; do
-            use_cluster "$([[ $VARIANT == current ]] && echo cluster || echo baseline)"
-            LOADTEST="$([[ $VARIANT == current ]] && echo "$CURRENT_LOADTEST" || echo "$COMPARE/loadtest")"
-            step "round $round, $VARIANT"
-            loadtest_row allocator uniform
-            loadtest_row router zipf
-            loadtest_row allocator zipf open "$COMPARE_RATE"
-            loadtest_row router zipf open "$COMPARE_RATE"
-        done
-    done
-    TABLE="$BENCH_DIR/compare.md"
-    {
-        echo "Baseline $COMPARE against the current build, $ROUNDS rounds alternating, ${DURATION}s per row,"
-        echo "each on its own cluster (durable private PostgreSQL, 1 allocator, 1 router, $PARTITIONS partitions)."
-        echo
-        awk -F'\t' -v skus="$SKUS" -f "$BENCH_SQL/compare.awk" "$RESULTS"
-    } >"$TABLE"
-    echo
-    cat "$TABLE"
-    info "comparison done in $((SECONDS - START))s (build excluded); reports in ${BENCH_DIR#"$REPO_ROOT"/}"
-    exit "$FAILED"
+if [[ -n "$COMPARE" || -n "$RELAY" ]]; then
+    # shellcheck source=ops/bench/ab.sh
+    source "$BENCH_SQL/ab.sh"
+    ab_run
 fi
 
 naive_tables

@@ -1,7 +1,8 @@
 # The A/B table of `ops/bench.sh --compare`, from its results.tsv (columns as in table.awk; the
 # label ends in " [baseline]" or " [current]"). Every figure is the mean over the rounds; the
 # ratio line divides current by baseline (below 1 for CPU: cheaper).
-# Variable: skus (the spread workloads' SKU count).
+# Variables: skus (the spread workloads' SKU count); names (optional, "baseline,current"): what
+# the two variants are called in the table.
 
 function workload(w) {
     if (w == "uniform") return "uniform over " skus " SKUs"
@@ -24,6 +25,8 @@ function mean(k, c) { return cnt[k, c] ? sum[k, c] / cnt[k, c] : -1 }
 function show(v, fmt) { return v < 0 ? "-" : sprintf(fmt, v) }
 
 END {
+    if (names == "") names = "baseline,current"
+    split(names, shown, ",")
     print "| row | build | /s | p50 ms | p99 ms | PostgreSQL µs/op | allocator µs/op | router µs/op | load generator µs/op | invariants |"
     print "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
     split("6 7 8 10 11 12 13", cols, " ")
@@ -33,11 +36,11 @@ END {
         for (j = 1; j <= 2; j++) {
             v = (j == 1) ? "baseline" : "current"
             k = key SUBSEP v
-            line = "| " name[key] " | " v " (" rounds[k] "x)"
+            line = "| " name[key] " | " shown[j] " (" rounds[k] "x)"
             for (c = 1; c <= 7; c++) line = line " | " show(mean(k, cols[c]), fmts[c])
             print line " | " ((k in bad) ? "FAILED" : "OK") " |"
         }
-        line = "| " name[key] " | **current / baseline** "
+        line = "| " name[key] " | **" shown[2] " / " shown[1] "** "
         for (c = 1; c <= 7; c++) {
             a = mean(key SUBSEP "current", cols[c]); b = mean(key SUBSEP "baseline", cols[c])
             line = line " | " ((a >= 0 && b > 0) ? sprintf("%.2fx", a / b) : "-")

@@ -1,0 +1,56 @@
+# The A/B modes of ops/bench.sh (--compare DIR, --relay), sourced by it after its row functions:
+# two clusters ("baseline" and "cluster", the current one), BENCH_ROUNDS rounds alternating them
+# on the same rows, one table of both with the ratios (ops/bench/compare.awk). Uses bench.sh's
+# globals and functions (start_cluster, use_cluster, loadtest_row, psql_db, ...).
+
+# ab_run: runs the rounds, prints the table and exits with the rows' status.
+ab_run() {
+    CURRENT_LOADTEST=$LOADTEST
+    if [[ -n "$RELAY" ]]; then
+        start_cluster baseline "$ALLOCATOR_BIN" "$ROUTER_BIN"
+        BASE_LOADTEST=$LOADTEST
+        NAMES="relay off,relay on"
+        ABOUT="The change-event relay off (baseline) and on (current), same build"
+    else
+        start_cluster baseline "$COMPARE/allocator" "$COMPARE/router"
+        BASE_LOADTEST="$COMPARE/loadtest"
+        NAMES="baseline,current"
+        ABOUT="Baseline $COMPARE against the current build"
+    fi
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for VARIANT in baseline current; do
+            use_cluster "$([[ $VARIANT == current ]] && echo cluster || echo baseline)"
+            LOADTEST="$([[ $VARIANT == current ]] && echo "$CURRENT_LOADTEST" || echo "$BASE_LOADTEST")"
+            step "round $round, $VARIANT"
+            if [[ -n "$RELAY" ]]; then
+                loadtest_row allocator hot
+                loadtest_row router hot
+                loadtest_row allocator zipf
+            else
+                loadtest_row allocator uniform
+            fi
+            loadtest_row router zipf
+            loadtest_row allocator zipf open "$COMPARE_RATE"
+            loadtest_row router zipf open "$COMPARE_RATE"
+        done
+    done
+    TABLE="$BENCH_DIR/compare.md"
+    {
+        echo "$ABOUT, $ROUNDS rounds alternating, ${DURATION}s per row,"
+        echo "each on its own cluster (durable private PostgreSQL, 1 allocator, 1 router, $PARTITIONS partitions)."
+        if [[ -n "$RELAY" ]]; then
+            use_cluster cluster
+            echo
+            psql_db -At "$DATABASE_URL" -c "SELECT 'Relay at the end: ' || sum(p.published) || ' events published, '
+                || coalesce(sum(greatest(h.head - p.published, 0)), 0) || ' still to publish.'
+                FROM event_relay_progress p LEFT JOIN (SELECT 'partition/' || partition AS stream,
+                last_position AS head FROM ledger_positions) h USING (stream)"
+        fi
+        echo
+        awk -F'\t' -v skus="$SKUS" -v names="$NAMES" -f "$BENCH_SQL/compare.awk" "$RESULTS"
+    } >"$TABLE"
+    echo
+    cat "$TABLE"
+    info "comparison done in $((SECONDS - START))s (build excluded); reports in ${BENCH_DIR#"$REPO_ROOT"/}"
+    exit "$FAILED"
+}
