@@ -28,6 +28,7 @@ pub async fn reserve(
         sku: body.sku.into_string(),
         quantity: body.quantity.get(),
         ttl_seconds: TtlSeconds::or_default(body.ttl_seconds).get(),
+        owner: access::current_owner(),
     };
     let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
     let response = reservation_response(outcome, epoch)?;
@@ -77,15 +78,23 @@ async fn transition(
         let client = state.pool.get().await?;
         read_reservation(&**client, reservation_id.as_str()).await?
     }
-    // Outside the caller's SKU namespaces it does not exist for the caller (DESIGN.md §9).
+    // Another client's, or outside the caller's SKU namespaces, it does not exist for the caller
+    // (DESIGN.md §9); the fenced batch checks the owner again where it reads the row.
     .filter(|record| access::sku_visible(record.sku()))
     .ok_or_else(|| ApiError::NotFound(format!("reservation {reservation_id} does not exist")))?
     .partition();
     let reservation_id = reservation_id.into_string();
+    let owner = access::current_owner();
     let command = if confirm {
-        Command::Confirm { reservation_id }
+        Command::Confirm {
+            reservation_id,
+            owner,
+        }
     } else {
-        Command::Release { reservation_id }
+        Command::Release {
+            reservation_id,
+            owner,
+        }
     };
     let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
     reservation_response(outcome, epoch)

@@ -230,6 +230,7 @@ pub fn reserve(id: &str) -> Command {
 pub fn confirm(id: &str) -> Command {
     Command::Confirm {
         reservation_id: id.to_owned(),
+        owner: Default::default(),
     }
 }
 

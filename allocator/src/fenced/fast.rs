@@ -47,9 +47,10 @@ WITH fence AS MATERIALIZED (
        AND l.holder_id = $1 AND l.expires_at > now()
        FOR KEY SHARE),
 every AS MATERIALIZED (
-    SELECT c.ord::integer AS ord, c.part, c.id, c.sku, c.qty, c.ttl
-      FROM unnest($4::integer[], $5::text[], $6::text[], $7::bigint[], $8::integer[])
-           WITH ORDINALITY AS c(part, id, sku, qty, ttl, ord)),
+    SELECT c.ord::integer AS ord, c.part, c.id, c.sku, c.qty, c.ttl, c.owner
+      FROM unnest($4::integer[], $5::text[], $6::text[], $7::bigint[], $8::integer[],
+                  $9::text[])
+           WITH ORDINALITY AS c(part, id, sku, qty, ttl, owner, ord)),
 cmd AS MATERIALIZED (
     SELECT c.*, f.epoch FROM every AS c JOIN fence AS f ON f.partition = c.part),
 want AS MATERIALIZED (
@@ -65,9 +66,9 @@ inv AS (
  RETURNING i.sku),
 res AS (
     INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch,
-                              ttl_seconds, request_fingerprint, expires_at)
+                              ttl_seconds, request_fingerprint, expires_at, owner)
     SELECT c.id, c.sku, c.part, c.qty, 'held', c.epoch, c.ttl,
-           c.sku || '/' || c.qty || '/' || c.ttl, now() + c.ttl * interval '1 second'
+           c.sku || '/' || c.qty || '/' || c.ttl, now() + c.ttl * interval '1 second', c.owner
       FROM cmd AS c
      WHERE c.id IS NOT NULL
  RETURNING reservation_id, expires_at),
@@ -173,6 +174,7 @@ pub async fn reserve_group(
     let mut skus = Vec::with_capacity(total);
     let mut quantities = Vec::with_capacity(total);
     let mut ttls = Vec::with_capacity(total);
+    let mut owners: Vec<Option<&str>> = Vec::with_capacity(total);
     for batch in group {
         for command in batch.commands {
             // A sweep is a row without id: it only asks that nothing of its partition is due.
@@ -182,6 +184,7 @@ pub async fn reserve_group(
                     sku,
                     quantity,
                     ttl_seconds,
+                    ..
                 } => (
                     Some(reservation_id.as_str()),
                     Some(sku.as_str()),
@@ -196,6 +199,7 @@ pub async fn reserve_group(
             skus.push(sku);
             quantities.push(quantity);
             ttls.push(ttl);
+            owners.push(command.owner().client.as_deref());
         }
     }
     let fence_parts: Vec<i32> = group
@@ -216,6 +220,7 @@ pub async fn reserve_group(
                 &skus,
                 &quantities,
                 &ttls,
+                &owners,
             ],
         )
         .await

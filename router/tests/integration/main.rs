@@ -13,6 +13,7 @@ mod openapi;
 mod order_lock;
 mod order_races;
 mod orders;
+mod owners;
 mod prometheus;
 mod request_id;
 mod routing;
