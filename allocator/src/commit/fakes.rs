@@ -224,6 +224,7 @@ pub fn reserve(id: &str) -> Command {
         sku: format!("sku-{id}"),
         quantity: 1,
         ttl_seconds: 60,
+        owner: Default::default(),
     }
 }
 
