@@ -23,6 +23,11 @@
 //! arrival order. Those cases are rare, so the common one pays for no lookups before it writes.
 //! A partition whose fence fails is answered stale, as by the function, and writes nothing.
 //!
+//! Each new reservation records its client (`owner`, `V18__owners.sql`). Whose an existing id is
+//! never matters here: the statement only inserts, so an existing id (the owner's replay, or
+//! another client's id, answered as unknown) always goes to the function, which checks the owner
+//! where it reads the row.
+//!
 //! Ledger rows are numbered as the function numbers them (`V12__ledger_positions.sql`): the
 //! partition's counter in `ledger_positions` is raised by the group's row count in the same
 //! statement, and the rows take the positions after the old value in command order.
