@@ -235,10 +235,11 @@ impl Gate {
                 .map_err(|e| (caller.name.clone(), e))?;
         }
         let client = self.effective_client(caller.as_ref(), headers);
-        let owner = self.owner(caller.as_ref(), &client, headers);
+        let mut owner = self.owner(caller.as_ref(), &client, headers);
         let policy = self
             .policy_for(caller.as_ref(), headers)
             .map_err(|e| (client.clone(), e))?;
+        owner.max_held_per_sku = policy.as_ref().and_then(|p| p.hold_quotas().per_sku);
         let body_check = match &policy {
             Some(policy) => {
                 check::before_body(policy, &client, request).map_err(|e| (client.clone(), e))?

@@ -56,7 +56,8 @@ pub fn current_policy() -> Option<Arc<Policy>> {
 
 /// The held-unit quotas of the current request's client (none outside a request or for a client
 /// without them): what an allocator hands the fenced batch with a reservation, which alone can
-/// decide them against what the client holds. Not enforced yet.
+/// decide them against what the client holds. `per_sku` is enforced there (it reaches the batch
+/// through [`current_owner`]); `units` is not yet.
 pub fn current_hold_quotas() -> HoldQuotas {
     current_policy().map_or_else(HoldQuotas::default, |p| p.hold_quotas())
 }

@@ -18,6 +18,10 @@ pub struct Owner {
     /// May act on every client's reservations and orders: the `admin` scope, or authentication
     /// off (there is only the anonymous client then).
     pub any: bool,
+    /// The client's `max_held_per_sku`: units it may hold of one SKU at once, decided by the
+    /// fenced batch against what it holds (`V19__hold_quota_per_sku.sql`). Only for an
+    /// authenticated client: the anonymous owner is everybody at once.
+    pub max_held_per_sku: Option<i64>,
 }
 
 impl Owner {
@@ -25,6 +29,7 @@ impl Owner {
     pub const ANYONE: Owner = Owner {
         client: None,
         any: true,
+        max_held_per_sku: None,
     };
 
     /// An authenticated client, `admin` when it holds that scope.
@@ -32,7 +37,13 @@ impl Owner {
         Owner {
             client: Some(name.into()),
             any: admin,
+            max_held_per_sku: None,
         }
+    }
+
+    /// The per-SKU hold quota the fenced batch enforces for this owner, if any.
+    pub fn held_per_sku_quota(&self) -> Option<i64> {
+        self.client.as_ref().and(self.max_held_per_sku)
     }
 
     /// Whether this client may read or change a reservation or order stored with `stored` as

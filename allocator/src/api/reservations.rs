@@ -128,6 +128,13 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
         }),
         Outcome::Mismatch { detail } => Err(ApiError::IdempotencyMismatch(detail)),
         Outcome::NotFound { detail } => Err(ApiError::NotFound(detail)),
+        Outcome::HoldQuotaExceeded { limit, detail, .. } => {
+            let client = access::current_client().unwrap_or_default();
+            let quota = access::Quota::MaxHeldPerSku.as_str();
+            metrics::counter!(crate::metrics::QUOTA_REFUSALS, "client" => client, "quota" => quota)
+                .increment(1);
+            Err(ApiError::HoldQuotaExceeded { limit, detail })
+        }
         Outcome::InvalidState { current } => Err(ApiError::InvalidState { current }),
         other => Err(ApiError::StorageUnavailable(format!(
             "unexpected outcome {}",

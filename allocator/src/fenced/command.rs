@@ -92,6 +92,13 @@ pub enum Outcome {
     InvalidState {
         current: ReservationStatus,
     },
+    /// The client would hold more of the SKU than its `max_held_per_sku` (`limit`) allows; it
+    /// holds `held`. Nothing is recorded, so the same id may be used again once it holds less.
+    HoldQuotaExceeded {
+        limit: i64,
+        held: i64,
+        detail: String,
+    },
     Adjusted {
         adjustment: Adjustment,
         replayed: bool,
@@ -116,6 +123,7 @@ impl Outcome {
             Outcome::Mismatch { .. } => "mismatch",
             Outcome::NotFound { .. } => "not_found",
             Outcome::InvalidState { .. } => "invalid_state",
+            Outcome::HoldQuotaExceeded { .. } => "quota_exceeded",
             Outcome::Adjusted { .. } => "adjusted",
             Outcome::ShrinkRefused { .. } => "shrink_refused",
             Outcome::Expired { .. } => "expired",

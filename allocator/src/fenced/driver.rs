@@ -18,14 +18,15 @@ use crate::metrics as m;
 
 const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity, o_expires,
                             o_epoch, o_partition, o_available, o_on_hand, o_detail
-                       FROM apply_fenced_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+                       FROM apply_fenced_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                                               $12)";
 
 /// The same statement against the unfenced copy (negative control only, see
 /// [`crate::negative_control`]).
 const APPLY_UNFENCED: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity,
                             o_expires, o_epoch, o_partition, o_available, o_on_hand, o_detail
                        FROM apply_fenced_batch_unfenced($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                                                   $10, $11)";
+                                                   $10, $11, $12)";
 
 /// How often a batch is re-run when a new id it wanted to insert was inserted concurrently by
 /// another partition's owner (the id then replays, so a second attempt settles it).
@@ -102,6 +103,7 @@ pub async fn apply_function(
                     &arrays.ttl,
                     &arrays.owner,
                     &arrays.any_owner,
+                    &arrays.quota,
                 ],
             )
             .await;
@@ -134,6 +136,8 @@ struct Arrays<'a> {
     /// every client's reservations (`admin`, or authentication off).
     owner: Vec<Option<&'a str>>,
     any_owner: Vec<bool>,
+    /// The client's `max_held_per_sku`, for reserves of clients that have one.
+    quota: Vec<Option<i64>>,
 }
 
 impl<'a> Arrays<'a> {
@@ -148,6 +152,7 @@ impl<'a> Arrays<'a> {
             ttl: Vec::with_capacity(total),
             owner: Vec::with_capacity(total),
             any_owner: Vec::with_capacity(total),
+            quota: Vec::with_capacity(total),
             ..Default::default()
         };
         for batch in group {
@@ -188,6 +193,10 @@ impl<'a> Arrays<'a> {
                 let owner = command.owner();
                 a.owner.push(owner.client.as_deref());
                 a.any_owner.push(owner.any);
+                a.quota.push(match command {
+                    Command::Reserve { .. } => owner.held_per_sku_quota(),
+                    _ => None,
+                });
             }
         }
         a
@@ -239,6 +248,11 @@ fn outcome(command: &Command, result: &str, row: &AnswerRow<'_>) -> Result<Outco
             detail: row.detail(),
         },
         "not_found" => Outcome::NotFound {
+            detail: row.detail(),
+        },
+        "quota" => Outcome::HoldQuotaExceeded {
+            limit: row.quantity().unwrap_or(0),
+            held: row.available(),
             detail: row.detail(),
         },
         "invalid_state" => Outcome::InvalidState {

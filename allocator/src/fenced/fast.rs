@@ -149,11 +149,15 @@ pub fn separable(group: &[PartitionBatch<'_>]) -> Vec<bool> {
         .collect()
 }
 
+/// Reserves and sweeps only, and no reserve of a client with a per-SKU hold quota: only the
+/// function decides that quota (against what the client holds, `V19__hold_quota_per_sku.sql`).
 fn reserves_only(commands: &[Command]) -> bool {
     !commands.is_empty()
-        && commands
-            .iter()
-            .all(|c| matches!(c, Command::Reserve { .. } | Command::ExpireDue { .. }))
+        && commands.iter().all(|c| match c {
+            Command::Reserve { owner, .. } => owner.held_per_sku_quota().is_none(),
+            Command::ExpireDue { .. } => true,
+            _ => false,
+        })
 }
 
 fn ids_unique(group: &[PartitionBatch<'_>]) -> bool {
