@@ -33,6 +33,7 @@ fn owned(capacity: usize) -> (Arc<ManualClock>, Ownership, mpsc::Receiver<WorkIt
 fn release(id: &str) -> Command {
     Command::Release {
         reservation_id: id.to_owned(),
+        owner: Default::default(),
     }
 }
 
@@ -61,7 +62,7 @@ async fn commands_reach_the_worker_in_dispatch_order_and_come_back_with_the_tenu
         for available in [1, 2] {
             let item = queue.recv().await.expect("a queued command");
             let id = match &item.command {
-                Command::Release { reservation_id } => reservation_id.clone(),
+                Command::Release { reservation_id, .. } => reservation_id.clone(),
                 other => panic!("unexpected command {other:?}"),
             };
             assert_eq!(id, if available == 1 { "a" } else { "b" }, "queue order");

@@ -85,7 +85,7 @@ pub async fn reservation_partition(
     pool: &Pool,
     timeout: Duration,
     id: &str,
-) -> Result<Option<u32>, DbError> {
+) -> Result<Option<schema::assignment::ReservationPlace>, DbError> {
     bounded(timeout, async {
         let client = pool.get().await?;
         Ok(schema::assignment::reservation_partition(&**client, id).await?)

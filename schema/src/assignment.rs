@@ -60,17 +60,31 @@ pub async fn read_partition<C: GenericClient>(
     Ok(row.as_ref().map(assignment_from_row))
 }
 
-/// The partition of an existing reservation; confirm/release/get carry only the id, so routers and
-/// allocators look it up to know where the reservation lives.
+/// Where an existing reservation lives and whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationPlace {
+    pub partition: u32,
+    pub sku: String,
+    /// The client that made it; `None` for the anonymous or unknown owner (`V18__owners.sql`).
+    pub owner: Option<String>,
+}
+
+/// The partition (with the SKU and the owner) of an existing reservation; confirm/release/get
+/// carry only the id, so routers look it up to know where the reservation lives, and whether
+/// their client may see it at all.
 pub async fn reservation_partition<C: GenericClient>(
     client: &C,
     reservation_id: &str,
-) -> Result<Option<u32>, tokio_postgres::Error> {
+) -> Result<Option<ReservationPlace>, tokio_postgres::Error> {
     let row = client
         .query_opt(
-            "SELECT partition FROM reservations WHERE reservation_id = $1",
+            "SELECT partition, sku, owner FROM reservations WHERE reservation_id = $1",
             &[&reservation_id],
         )
         .await?;
-    Ok(row.map(|r| r.get::<_, i32>(0) as u32))
+    Ok(row.map(|r| ReservationPlace {
+        partition: r.get::<_, i32>(0) as u32,
+        sku: r.get(1),
+        owner: r.get(2),
+    }))
 }

@@ -48,6 +48,12 @@ pub const HEADER_CLIENT: &str = "x-allocator-client";
 /// ignores it from any other caller.
 pub const HEADER_CLIENT_POLICY: &str = "x-allocator-client-policy";
 
+/// Sent as `true` by a router when the client it forwards for holds the `admin` scope, which may
+/// act on every client's reservations ([`HEADER_CLIENT`] names the client; a reservation records
+/// its client and is otherwise answered `404` to any other). An allocator believes it only from a
+/// caller holding the `router` scope and ignores it from any other caller.
+pub const HEADER_CLIENT_ADMIN: &str = "x-allocator-client-admin";
+
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// Bounds on request fields, documented in the README and the OpenAPI document.

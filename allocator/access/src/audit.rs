@@ -82,3 +82,17 @@ pub(crate) fn hidden(client: &str, sku: &str) {
         "access refused"
     );
 }
+
+/// A reservation or order of another client, read, changed or replayed by id: the caller is told
+/// `404`, as for an unknown id, the audit trail what happened.
+pub(crate) fn not_owner(client: &str) {
+    tracing::info!(
+        target: TARGET,
+        event = "refused",
+        client,
+        outcome = "not_owner",
+        status = 404u16,
+        reason = "another client's reservation or order; answered as not found",
+        "access refused"
+    );
+}

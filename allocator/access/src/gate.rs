@@ -11,12 +11,13 @@ use std::sync::{Arc, RwLock};
 
 use actix_web::http::header::{HeaderMap, AUTHORIZATION};
 use schema::routes::{self, Access, Scope};
-use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_POLICY};
+use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_ADMIN, HEADER_CLIENT_POLICY};
 
 use crate::audit;
 use crate::check::{self, BodyCheck};
 use crate::error::AccessError;
 use crate::limits::{ClientLimits, InFlight, Limited};
+use crate::owner::Owner;
 use crate::policy::Policy;
 pub use crate::request::Request;
 pub use crate::settings::{Flags, MetricNames, Role, Settings};
@@ -36,6 +37,8 @@ pub struct Admitted {
     pub client: Option<String>,
     /// The client's namespaces and quotas, if it has any.
     pub policy: Option<Arc<Policy>>,
+    /// The owner the request records and whose reservations and orders it may act on.
+    pub owner: Owner,
     pub slot: Option<InFlight>,
     /// The body still has to pass [`Gate::check_body`]; the request is not counted yet.
     pub body_check: Option<BodyCheck>,
@@ -232,9 +235,11 @@ impl Gate {
                 .map_err(|e| (caller.name.clone(), e))?;
         }
         let client = self.effective_client(caller.as_ref(), headers);
+        let mut owner = self.owner(caller.as_ref(), &client, headers);
         let policy = self
             .policy_for(caller.as_ref(), headers)
             .map_err(|e| (client.clone(), e))?;
+        owner.max_held_per_sku = policy.as_ref().and_then(|p| p.hold_quotas().per_sku);
         let body_check = match &policy {
             Some(policy) => {
                 check::before_body(policy, &client, request).map_err(|e| (client.clone(), e))?
@@ -274,6 +279,7 @@ impl Gate {
         Ok(Admitted {
             client: Some(client),
             policy,
+            owner,
             slot,
             body_check,
             admin_write,
@@ -331,15 +337,31 @@ impl Gate {
             return ANONYMOUS.to_owned();
         };
         if self.role == Role::Allocator && caller.scopes.contains(Scope::Router) {
-            let named = headers
-                .get(HEADER_CLIENT)
-                .and_then(|v| v.to_str().ok())
-                .filter(|name| valid_name(name));
-            if let Some(name) = named {
+            if let Some(name) = named_client(headers) {
                 return name.to_owned();
             }
         }
         caller.name.clone()
+    }
+
+    /// Who the request acts for as an owner: nobody in particular with authentication off; the
+    /// caller itself (`admin` by its own scopes); on an allocator, the client a router names,
+    /// `admin` as the router says ([`HEADER_CLIENT_ADMIN`]).
+    fn owner(&self, caller: Option<&Client>, client: &str, headers: &HeaderMap) -> Owner {
+        let Some(caller) = caller else {
+            return Owner::ANYONE;
+        };
+        let forwarded = self.role == Role::Allocator
+            && caller.scopes.contains(Scope::Router)
+            && named_client(headers).is_some();
+        let admin = if forwarded {
+            headers
+                .get(HEADER_CLIENT_ADMIN)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+        } else {
+            caller.scopes.contains(Scope::Admin)
+        };
+        Owner::client(client, admin)
     }
 
     /// The caller's own override from the auth file (only when the client is the caller itself),
@@ -353,6 +375,14 @@ impl Gate {
             .unwrap_or_else(|| default_burst(rate));
         Some((rate, burst))
     }
+}
+
+/// The client a router names in [`HEADER_CLIENT`], if it is a valid client name.
+fn named_client(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(HEADER_CLIENT)
+        .and_then(|v| v.to_str().ok())
+        .filter(|name| valid_name(name))
 }
 
 /// One second's worth of requests, at least one.

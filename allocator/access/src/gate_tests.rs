@@ -408,3 +408,43 @@ fn an_allocator_takes_the_policy_a_router_forwards_and_only_from_a_router() {
     assert!(ask_sku(&open, INVENTORY, Some("other:1"), &anonymous).is_err());
     assert!(ask_sku(&open, INVENTORY, Some("other:1"), &HeaderMap::new()).is_ok());
 }
+
+#[test]
+fn the_owner_is_the_client_and_admin_comes_from_its_scopes_or_its_router() {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    let (router, shop, ops) = (
+        hash_hex(b"t-router"),
+        hash_hex(b"t-shop"),
+        hash_hex(b"t-ops"),
+    );
+    let lines = format!(
+        "r router {router}\nshop reserve {shop} max_held_per_sku=2\nops reserve,admin {ops}"
+    );
+    writeln!(file, "{lines}").unwrap();
+    let owner = |gate: &Gate, map: HeaderMap| ask(gate, RESERVE, &map).map(|a| a.owner);
+    let admin = |mut map: HeaderMap| {
+        let name = HeaderName::from_static(schema::wire::HEADER_CLIENT_ADMIN);
+        map.insert(name, HeaderValue::from_static("true"));
+        map
+    };
+    let router = gate(Role::Router, &file, |_| {});
+    let shop = owner(&router, headers(Some("t-shop"), None)).unwrap();
+    assert_eq!(
+        (shop.client.as_deref(), shop.held_per_sku_quota()),
+        (Some("shop"), Some(2))
+    );
+    assert!(!shop.any);
+    let allocator = gate(Role::Allocator, &file, |_| {});
+    let routed = owner(&allocator, admin(headers(Some("t-router"), Some("bob")))).unwrap();
+    assert_eq!((routed.client.as_deref(), routed.any), (Some("bob"), true));
+    let plain = owner(&allocator, headers(Some("t-router"), Some("bob"))).unwrap();
+    assert!(!plain.any);
+    let spoofed = owner(&allocator, admin(headers(Some("t-shop"), Some("ops")))).unwrap();
+    assert_eq!(
+        (spoofed.client.as_deref(), spoofed.any),
+        (Some("shop"), false)
+    );
+    assert!(owner(&allocator, headers(Some("t-ops"), None)).unwrap().any);
+    let open = Gate::new(Role::Allocator, Settings::off(), METRICS).unwrap();
+    assert_eq!(owner(&open, HeaderMap::new()).unwrap(), Owner::ANYONE);
+}

@@ -6,6 +6,7 @@
 //! * [`gate`]: the decision for one request: open path, authentication, the scope the route
 //!   requires ([`schema::routes::ACCESS`]), the client's namespaces and quantity cap (`check`,
 //!   by [`schema::routes::SKU_IN`]), and the per-client limits of [`limits`].
+//! * [`owner`]: who owns a stored reservation or order, and who may act on it.
 //! * [`audit`]: the `audit` log lines of refusals and administrative writes.
 //! * [`middleware`]: the actix middleware both services wrap their API in.
 //! * [`tls`]: HTTPS listeners and a router's TLS towards allocators, with rustls.
@@ -16,6 +17,7 @@
 //! if configured, apply. Without the default `http` feature only the parsers ([`table`],
 //! [`policy`]) are built, which is what the fuzz targets (`allocator/access/fuzz`) link.
 
+pub mod owner;
 pub mod policy;
 pub mod table;
 
@@ -43,6 +45,7 @@ pub mod tls;
 #[cfg(feature = "http")]
 pub mod upstream;
 
+pub use owner::Owner;
 pub use policy::{HoldQuotas, Policy, Quota};
 
 #[cfg(feature = "http")]
@@ -51,8 +54,8 @@ pub use {
     error::AccessError,
     gate::{Flags, Gate, MetricNames, Role, Settings, TrustedRouter, ANONYMOUS},
     middleware::{
-        current_client, current_hold_quotas, current_policy, sku_visible, with_current_client,
-        AccessControl,
+        current_client, current_hold_quotas, current_owner, current_policy, owner_visible,
+        sku_visible, with_current_client, AccessControl,
     },
     reload::spawn_sighup_reloader,
     upstream::UpstreamToken,

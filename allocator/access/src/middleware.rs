@@ -25,6 +25,7 @@ use schema::wire::limits::BODY_MAX_BYTES;
 use crate::audit;
 use crate::check::{audited_ids, path_sku};
 use crate::gate::{Gate, Request, ANONYMOUS};
+use crate::owner::Owner;
 use crate::policy::{HoldQuotas, Policy};
 
 /// The client a request is served for, and what it may touch.
@@ -32,6 +33,7 @@ use crate::policy::{HoldQuotas, Policy};
 struct Current {
     client: String,
     policy: Option<Arc<Policy>>,
+    owner: Owner,
 }
 
 tokio::task_local! {
@@ -54,7 +56,8 @@ pub fn current_policy() -> Option<Arc<Policy>> {
 
 /// The held-unit quotas of the current request's client (none outside a request or for a client
 /// without them): what an allocator hands the fenced batch with a reservation, which alone can
-/// decide them against what the client holds. Not enforced yet.
+/// decide them against what the client holds. `per_sku` is enforced there (it reaches the batch
+/// through [`current_owner`]); `units` is not yet.
 pub fn current_hold_quotas() -> HoldQuotas {
     current_policy().map_or_else(HoldQuotas::default, |p| p.hold_quotas())
 }
@@ -72,6 +75,26 @@ pub fn sku_visible(sku: &str) -> bool {
             _ => true,
         })
         .unwrap_or(true)
+}
+
+/// The owner the current request records on what it creates, and whose reservations and orders
+/// it may act on ([`Owner::ANYONE`] outside a request and with authentication off).
+pub fn current_owner() -> Owner {
+    CURRENT
+        .try_with(|c| c.owner.clone())
+        .unwrap_or(Owner::ANYONE)
+}
+
+/// Whether the current request's client may see a stored reservation or order whose owner is
+/// `stored` ([`Owner::may_act_on`]). `false` is audited; the caller answers exactly as for an
+/// unknown id, so nothing tells the client the object exists.
+pub fn owner_visible(stored: Option<&str>) -> bool {
+    let owner = current_owner();
+    if owner.may_act_on(stored) {
+        return true;
+    }
+    audit::not_owner(owner.client.as_deref().unwrap_or(ANONYMOUS));
+    false
 }
 
 /// Run `future` (spawned for the current request) as the current request's client.
@@ -216,6 +239,7 @@ where
                     let current = Current {
                         client,
                         policy: admitted.policy,
+                        owner: admitted.owner,
                     };
                     CURRENT.scope(current, call).await
                 }

@@ -38,6 +38,9 @@ pub enum ApiError {
     },
     #[error("storage unavailable: {0}")]
     StorageUnavailable(String),
+    /// The client's `max_held_per_sku`, decided by the fenced batch.
+    #[error("{detail}")]
+    HoldQuotaExceeded { limit: i64, detail: String },
 }
 
 impl ApiError {
@@ -52,6 +55,7 @@ impl ApiError {
             ApiError::NotOwner { .. } => ProblemType::NotOwner,
             ApiError::PartitionUnavailable { .. } => ProblemType::PartitionUnavailable,
             ApiError::StorageUnavailable(_) => ProblemType::StorageUnavailable,
+            ApiError::HoldQuotaExceeded { .. } => ProblemType::QuotaExceeded,
         }
     }
 
@@ -83,6 +87,10 @@ impl ApiError {
                 problem.partition = Some(*partition);
                 problem.outcome_unknown = Some(*outcome_unknown);
             }
+            ApiError::HoldQuotaExceeded { limit, .. } => {
+                problem.quota = Some(access::Quota::MaxHeldPerSku.as_str().to_owned());
+                problem.limit = Some(*limit);
+            }
             _ => {}
         }
         problem
@@ -106,6 +114,7 @@ impl ResponseError for ApiError {
             | ApiError::InvalidState { .. }
             | ApiError::ShrinkBelowHeld { .. } => StatusCode::CONFLICT,
             ApiError::IdempotencyMismatch(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::HoldQuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotOwner { .. } => StatusCode::MISDIRECTED_REQUEST,
             ApiError::PartitionUnavailable { .. } | ApiError::StorageUnavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE

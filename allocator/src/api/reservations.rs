@@ -28,6 +28,7 @@ pub async fn reserve(
         sku: body.sku.into_string(),
         quantity: body.quantity.get(),
         ttl_seconds: TtlSeconds::or_default(body.ttl_seconds).get(),
+        owner: access::current_owner(),
     };
     let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
     let response = reservation_response(outcome, epoch)?;
@@ -77,15 +78,23 @@ async fn transition(
         let client = state.pool.get().await?;
         read_reservation(&**client, reservation_id.as_str()).await?
     }
-    // Outside the caller's SKU namespaces it does not exist for the caller (DESIGN.md §9).
+    // Another client's, or outside the caller's SKU namespaces, it does not exist for the caller
+    // (DESIGN.md §9); the fenced batch checks the owner again where it reads the row.
     .filter(|record| access::sku_visible(record.sku()))
     .ok_or_else(|| ApiError::NotFound(format!("reservation {reservation_id} does not exist")))?
     .partition();
     let reservation_id = reservation_id.into_string();
+    let owner = access::current_owner();
     let command = if confirm {
-        Command::Confirm { reservation_id }
+        Command::Confirm {
+            reservation_id,
+            owner,
+        }
     } else {
-        Command::Release { reservation_id }
+        Command::Release {
+            reservation_id,
+            owner,
+        }
     };
     let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
     reservation_response(outcome, epoch)
@@ -119,6 +128,13 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
         }),
         Outcome::Mismatch { detail } => Err(ApiError::IdempotencyMismatch(detail)),
         Outcome::NotFound { detail } => Err(ApiError::NotFound(detail)),
+        Outcome::HoldQuotaExceeded { limit, detail, .. } => {
+            let client = access::current_client().unwrap_or_default();
+            let quota = access::Quota::MaxHeldPerSku.as_str();
+            metrics::counter!(crate::metrics::QUOTA_REFUSALS, "client" => client, "quota" => quota)
+                .increment(1);
+            Err(ApiError::HoldQuotaExceeded { limit, detail })
+        }
         Outcome::InvalidState { current } => Err(ApiError::InvalidState { current }),
         other => Err(ApiError::StorageUnavailable(format!(
             "unexpected outcome {}",

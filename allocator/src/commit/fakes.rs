@@ -224,12 +224,14 @@ pub fn reserve(id: &str) -> Command {
         sku: format!("sku-{id}"),
         quantity: 1,
         ttl_seconds: 60,
+        owner: Default::default(),
     }
 }
 
 pub fn confirm(id: &str) -> Command {
     Command::Confirm {
         reservation_id: id.to_owned(),
+        owner: Default::default(),
     }
 }
 

@@ -5,6 +5,7 @@
 //! allowed) are outcomes, not errors: they commit like any other answer, so a replay of the same
 //! id returns the same refusal.
 
+use access::Owner;
 use schema::wire::{Adjustment, Reservation, ReservationStatus};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -14,12 +15,17 @@ pub enum Command {
         sku: String,
         quantity: i64,
         ttl_seconds: u32,
+        /// Recorded on a new reservation; a replay of another client's id is answered as an
+        /// unknown one ([`Owner::may_act_on`]).
+        owner: Owner,
     },
     Confirm {
         reservation_id: String,
+        owner: Owner,
     },
     Release {
         reservation_id: String,
+        owner: Owner,
     },
     Adjust {
         adjustment_id: String,
@@ -27,9 +33,7 @@ pub enum Command {
         delta: i64,
     },
     /// Expire up to `limit` overdue holds of the partition.
-    ExpireDue {
-        limit: i64,
-    },
+    ExpireDue { limit: i64 },
 }
 
 impl Command {
@@ -48,9 +52,19 @@ impl Command {
     pub fn reservation_id(&self) -> Option<&str> {
         match self {
             Command::Reserve { reservation_id, .. }
-            | Command::Confirm { reservation_id }
-            | Command::Release { reservation_id } => Some(reservation_id),
+            | Command::Confirm { reservation_id, .. }
+            | Command::Release { reservation_id, .. } => Some(reservation_id),
             Command::Adjust { .. } | Command::ExpireDue { .. } => None,
+        }
+    }
+
+    /// Who a reserve, confirm or release is for; adjustments and sweeps act for no client.
+    pub fn owner(&self) -> &Owner {
+        match self {
+            Command::Reserve { owner, .. }
+            | Command::Confirm { owner, .. }
+            | Command::Release { owner, .. } => owner,
+            Command::Adjust { .. } | Command::ExpireDue { .. } => &Owner::ANYONE,
         }
     }
 }
@@ -78,6 +92,13 @@ pub enum Outcome {
     InvalidState {
         current: ReservationStatus,
     },
+    /// The client would hold more of the SKU than its `max_held_per_sku` (`limit`) allows; it
+    /// holds `held`. Nothing is recorded, so the same id may be used again once it holds less.
+    HoldQuotaExceeded {
+        limit: i64,
+        held: i64,
+        detail: String,
+    },
     Adjusted {
         adjustment: Adjustment,
         replayed: bool,
@@ -102,6 +123,7 @@ impl Outcome {
             Outcome::Mismatch { .. } => "mismatch",
             Outcome::NotFound { .. } => "not_found",
             Outcome::InvalidState { .. } => "invalid_state",
+            Outcome::HoldQuotaExceeded { .. } => "quota_exceeded",
             Outcome::Adjusted { .. } => "adjusted",
             Outcome::ShrinkRefused { .. } => "shrink_refused",
             Outcome::Expired { .. } => "expired",

@@ -18,13 +18,15 @@ use crate::metrics as m;
 
 const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity, o_expires,
                             o_epoch, o_partition, o_available, o_on_hand, o_detail
-                       FROM apply_fenced_batch($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+                       FROM apply_fenced_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                                               $12)";
 
 /// The same statement against the unfenced copy (negative control only, see
 /// [`crate::negative_control`]).
 const APPLY_UNFENCED: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity,
                             o_expires, o_epoch, o_partition, o_available, o_on_hand, o_detail
-                       FROM apply_fenced_batch_unfenced($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+                       FROM apply_fenced_batch_unfenced($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                                                   $10, $11, $12)";
 
 /// How often a batch is re-run when a new id it wanted to insert was inserted concurrently by
 /// another partition's owner (the id then replays, so a second attempt settles it).
@@ -99,6 +101,9 @@ pub async fn apply_function(
                     &arrays.sku,
                     &arrays.amount,
                     &arrays.ttl,
+                    &arrays.owner,
+                    &arrays.any_owner,
+                    &arrays.quota,
                 ],
             )
             .await;
@@ -127,6 +132,12 @@ struct Arrays<'a> {
     sku: Vec<Option<&'a str>>,
     amount: Vec<i64>,
     ttl: Vec<i32>,
+    /// The client a command is for (recorded on a new reservation), and whether it may act on
+    /// every client's reservations (`admin`, or authentication off).
+    owner: Vec<Option<&'a str>>,
+    any_owner: Vec<bool>,
+    /// The client's `max_held_per_sku`, for reserves of clients that have one.
+    quota: Vec<Option<i64>>,
 }
 
 impl<'a> Arrays<'a> {
@@ -139,6 +150,9 @@ impl<'a> Arrays<'a> {
             sku: Vec::with_capacity(total),
             amount: Vec::with_capacity(total),
             ttl: Vec::with_capacity(total),
+            owner: Vec::with_capacity(total),
+            any_owner: Vec::with_capacity(total),
+            quota: Vec::with_capacity(total),
             ..Default::default()
         };
         for batch in group {
@@ -152,13 +166,15 @@ impl<'a> Arrays<'a> {
                         sku,
                         quantity,
                         ttl_seconds,
+                        ..
                     } => (
                         Some(reservation_id.as_str()),
                         Some(sku.as_str()),
                         *quantity,
                         *ttl_seconds as i32,
                     ),
-                    Command::Confirm { reservation_id } | Command::Release { reservation_id } => {
+                    Command::Confirm { reservation_id, .. }
+                    | Command::Release { reservation_id, .. } => {
                         (Some(reservation_id.as_str()), None, 0, 0)
                     }
                     Command::Adjust {
@@ -174,6 +190,13 @@ impl<'a> Arrays<'a> {
                 a.sku.push(sku);
                 a.amount.push(amount);
                 a.ttl.push(ttl);
+                let owner = command.owner();
+                a.owner.push(owner.client.as_deref());
+                a.any_owner.push(owner.any);
+                a.quota.push(match command {
+                    Command::Reserve { .. } => owner.held_per_sku_quota(),
+                    _ => None,
+                });
             }
         }
         a
@@ -225,6 +248,11 @@ fn outcome(command: &Command, result: &str, row: &AnswerRow<'_>) -> Result<Outco
             detail: row.detail(),
         },
         "not_found" => Outcome::NotFound {
+            detail: row.detail(),
+        },
+        "quota" => Outcome::HoldQuotaExceeded {
+            limit: row.quantity().unwrap_or(0),
+            held: row.available(),
             detail: row.detail(),
         },
         "invalid_state" => Outcome::InvalidState {

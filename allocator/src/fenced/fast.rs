@@ -23,6 +23,11 @@
 //! arrival order. Those cases are rare, so the common one pays for no lookups before it writes.
 //! A partition whose fence fails is answered stale, as by the function, and writes nothing.
 //!
+//! Each new reservation records its client (`owner`, `V18__owners.sql`). Whose an existing id is
+//! never matters here: the statement only inserts, so an existing id (the owner's replay, or
+//! another client's id, answered as unknown) always goes to the function, which checks the owner
+//! where it reads the row.
+//!
 //! Ledger rows are numbered as the function numbers them (`V12__ledger_positions.sql`): the
 //! partition's counter in `ledger_positions` is raised by the group's row count in the same
 //! statement, and the rows take the positions after the old value in command order.
@@ -47,9 +52,10 @@ WITH fence AS MATERIALIZED (
        AND l.holder_id = $1 AND l.expires_at > now()
        FOR KEY SHARE),
 every AS MATERIALIZED (
-    SELECT c.ord::integer AS ord, c.part, c.id, c.sku, c.qty, c.ttl
-      FROM unnest($4::integer[], $5::text[], $6::text[], $7::bigint[], $8::integer[])
-           WITH ORDINALITY AS c(part, id, sku, qty, ttl, ord)),
+    SELECT c.ord::integer AS ord, c.part, c.id, c.sku, c.qty, c.ttl, c.owner
+      FROM unnest($4::integer[], $5::text[], $6::text[], $7::bigint[], $8::integer[],
+                  $9::text[])
+           WITH ORDINALITY AS c(part, id, sku, qty, ttl, owner, ord)),
 cmd AS MATERIALIZED (
     SELECT c.*, f.epoch FROM every AS c JOIN fence AS f ON f.partition = c.part),
 want AS MATERIALIZED (
@@ -65,9 +71,9 @@ inv AS (
  RETURNING i.sku),
 res AS (
     INSERT INTO reservations (reservation_id, sku, partition, quantity, status, epoch,
-                              ttl_seconds, request_fingerprint, expires_at)
+                              ttl_seconds, request_fingerprint, expires_at, owner)
     SELECT c.id, c.sku, c.part, c.qty, 'held', c.epoch, c.ttl,
-           c.sku || '/' || c.qty || '/' || c.ttl, now() + c.ttl * interval '1 second'
+           c.sku || '/' || c.qty || '/' || c.ttl, now() + c.ttl * interval '1 second', c.owner
       FROM cmd AS c
      WHERE c.id IS NOT NULL
  RETURNING reservation_id, expires_at),
@@ -143,11 +149,15 @@ pub fn separable(group: &[PartitionBatch<'_>]) -> Vec<bool> {
         .collect()
 }
 
+/// Reserves and sweeps only, and no reserve of a client with a per-SKU hold quota: only the
+/// function decides that quota (against what the client holds, `V19__hold_quota_per_sku.sql`).
 fn reserves_only(commands: &[Command]) -> bool {
     !commands.is_empty()
-        && commands
-            .iter()
-            .all(|c| matches!(c, Command::Reserve { .. } | Command::ExpireDue { .. }))
+        && commands.iter().all(|c| match c {
+            Command::Reserve { owner, .. } => owner.held_per_sku_quota().is_none(),
+            Command::ExpireDue { .. } => true,
+            _ => false,
+        })
 }
 
 fn ids_unique(group: &[PartitionBatch<'_>]) -> bool {
@@ -173,6 +183,7 @@ pub async fn reserve_group(
     let mut skus = Vec::with_capacity(total);
     let mut quantities = Vec::with_capacity(total);
     let mut ttls = Vec::with_capacity(total);
+    let mut owners: Vec<Option<&str>> = Vec::with_capacity(total);
     for batch in group {
         for command in batch.commands {
             // A sweep is a row without id: it only asks that nothing of its partition is due.
@@ -182,6 +193,7 @@ pub async fn reserve_group(
                     sku,
                     quantity,
                     ttl_seconds,
+                    ..
                 } => (
                     Some(reservation_id.as_str()),
                     Some(sku.as_str()),
@@ -196,6 +208,7 @@ pub async fn reserve_group(
             skus.push(sku);
             quantities.push(quantity);
             ttls.push(ttl);
+            owners.push(command.owner().client.as_deref());
         }
     }
     let fence_parts: Vec<i32> = group
@@ -216,6 +229,7 @@ pub async fn reserve_group(
                 &skus,
                 &quantities,
                 &ttls,
+                &owners,
             ],
         )
         .await

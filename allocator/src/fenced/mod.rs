@@ -17,6 +17,8 @@
 //!    than the row already carries, whoever the writer is.
 //! 3. **Idempotency.** Existing ids are looked up once; a replay returns the stored outcome, a
 //!    reuse with another payload (sku, quantity, ttl_seconds; sku, delta) is a mismatch (422).
+//!    A reservation of another client ([`access::Owner`], `V18__owners.sql`) is, to a reserve
+//!    of its id, a confirm or a release, an unknown id (`not_found`, 404).
 //! 4. **Decrement-if-available** per command in arrival order, in memory over rows locked once
 //!    per distinct SKU; then one bulk write per table, so a hot SKU gets one row update per batch.
 //!    Not enough stock records a durable refusal; an unknown SKU records nothing.

@@ -107,7 +107,9 @@ pub enum ReadError {
     Malformed(#[from] UnknownStatus),
 }
 
-/// Read reservation `reservation_id`; `None` when PostgreSQL does not know it.
+/// Read reservation `reservation_id` as the current request's client may see it
+/// ([`access::current_owner`]): `None` when PostgreSQL does not know it, or when it is another
+/// client's ([`access::Owner::may_act_on`]; such a read is audited).
 pub async fn read_reservation<C: GenericClient>(
     client: &C,
     reservation_id: &str,
@@ -115,7 +117,7 @@ pub async fn read_reservation<C: GenericClient>(
     let Some(row) = client
         .query_opt(
             "SELECT sku, quantity, status, epoch, expires_at, partition, available_at_refusal,
-                    status = 'held' AND expires_at <= now() AS overdue
+                    status = 'held' AND expires_at <= now() AS overdue, owner
                FROM reservations WHERE reservation_id = $1",
             &[&reservation_id],
         )
@@ -123,6 +125,10 @@ pub async fn read_reservation<C: GenericClient>(
     else {
         return Ok(None);
     };
+    // The owner never changes once the row is written; the fenced batch checks it again.
+    if !access::owner_visible(row.get::<_, Option<&str>>(8)) {
+        return Ok(None);
+    }
     let status: String = row.get(2);
     let partition = row.get::<_, i32>(5) as u32;
     if status == REFUSED {

@@ -56,9 +56,16 @@ fn sequence(rng: &mut StdRng, case: u64) -> Vec<(u32, Command)> {
                     sku,
                     quantity: rng.random_range(1..=4),
                     ttl_seconds: [60, 120][rng.random_range(0..2)],
+                    owner: Default::default(),
                 },
-                4 => Command::Confirm { reservation_id: id },
-                5 => Command::Release { reservation_id: id },
+                4 => Command::Confirm {
+                    reservation_id: id,
+                    owner: Default::default(),
+                },
+                5 => Command::Release {
+                    reservation_id: id,
+                    owner: Default::default(),
+                },
                 6..=8 => Command::Adjust {
                     adjustment_id: format!("eq{case}-a{}", rng.random_range(0..4)),
                     sku,

@@ -23,6 +23,7 @@ fn reserve(id: &str, sku: &str, quantity: i64) -> Command {
         sku: sku.into(),
         quantity,
         ttl_seconds: 60,
+        owner: Default::default(),
     }
 }
 
@@ -266,6 +267,7 @@ async fn a_sweep_rides_along_only_while_nothing_is_due() {
         sku: f.skus[0].clone(),
         quantity: 1,
         ttl_seconds: 1,
+        owner: Default::default(),
     };
     fenced_transaction(&conn, &f.fences[0], &[short])
         .await

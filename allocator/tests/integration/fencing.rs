@@ -105,6 +105,7 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
             sku: untouched.clone(),
             quantity: 1,
             ttl_seconds: 60,
+            owner: Default::default(),
         },
         Command::Adjust {
             adjustment_id: "late-adj".into(),
@@ -158,6 +159,7 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
             sku: untouched.clone(),
             quantity: 1,
             ttl_seconds: 60,
+            owner: Default::default(),
         }],
     )
     .await
@@ -489,6 +491,7 @@ async fn a_stale_partition_is_dropped_from_a_group_without_failing_the_others() 
         sku: sku.into(),
         quantity: 2,
         ttl_seconds: 60,
+        owner: Default::default(),
     };
     let stale_cmds = [reserve("g-stale", &skus[0])];
     let live_cmds = [reserve("g-live-1", &skus[1]), reserve("g-live-2", &skus[1])];

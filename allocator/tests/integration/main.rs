@@ -21,6 +21,8 @@ mod ledger_partitions;
 mod ledger_support;
 mod lifecycle;
 mod openapi;
+mod owners;
+mod owners_fenced;
 mod processes;
 mod renewal;
 mod retention;

@@ -24,6 +24,7 @@ fn reserve(id: &str, sku: &str) -> Command {
         sku: sku.into(),
         quantity: 1,
         ttl_seconds: 60,
+        owner: Default::default(),
     }
 }
 

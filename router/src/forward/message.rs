@@ -6,8 +6,8 @@
 use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use schema::wire::{
-    HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_CLIENT_POLICY, HEADER_EXPECTED_EPOCH,
-    HEADER_ORDER_LINE, HEADER_REQUEST_ID,
+    HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_CLIENT_ADMIN, HEADER_CLIENT_POLICY,
+    HEADER_EXPECTED_EPOCH, HEADER_ORDER_LINE, HEADER_REQUEST_ID,
 };
 use serde::de::DeserializeOwned;
 
@@ -157,6 +157,11 @@ impl Forwarder {
         // holding the `router` scope.
         if let Some(client) = access::current_client() {
             builder = builder.header(HEADER_CLIENT, client);
+        }
+        // An authenticated `admin` client may act on every client's reservations.
+        let owner = access::current_owner();
+        if owner.client.is_some() && owner.any {
+            builder = builder.header(HEADER_CLIENT_ADMIN, "true");
         }
         // Its namespaces and quotas, for checks only the owner can make (a stored reservation's
         // SKU, held units); sent for clients that have any.

@@ -6,6 +6,8 @@
 //! same order id (another router, or a client retry racing the first) waits on that lock. When
 //! the lock is granted:
 //!
+//! * the order is another client's (`orders.owner`, `V18__owners.sql`) → `404`, nothing is
+//!   reserved and nothing tells the order exists;
 //! * the stored request differs → `422` at once, nothing is reserved;
 //! * the order was decided (`placed`, `failed`, `refused`) → its stored answer is replayed;
 //! * otherwise (`pending`: new, or the previous attempt's outcome was unknown) this submission
@@ -58,6 +60,8 @@ pub enum Submission {
     },
     /// The order id is stored with another request.
     Mismatch(OrderProblem),
+    /// The order id is another client's ([`access::Owner`]): answered `404`, as an unknown id.
+    NotFound,
     /// This submission ran the order (if it could not record a decision, the result says
     /// "not decided").
     Ran(OrderResult),
@@ -109,19 +113,22 @@ impl OrderStore {
         bounded(t, async { Ok(tx.batch_execute(&settings).await?) }).await?;
         let request =
             serde_json::to_string(order).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        // The client the order is recorded for, and whose orders it may replay.
+        let owner = access::current_owner();
         let wait = self.lock_wait + t;
         let row = bounded(wait, async {
             // Waits (up to lock_timeout) if a concurrent submission inserted the row and has not
             // committed yet, then for the row lock of whoever works on it.
             tx.execute(
-                "INSERT INTO orders (order_id, request) VALUES ($1, $2::text::jsonb) \
+                "INSERT INTO orders (order_id, request, owner) VALUES ($1, $2::text::jsonb, $3) \
                  ON CONFLICT (order_id) DO NOTHING",
-                &[&order_id, &request],
+                &[&order_id, &request, &owner.client],
             )
             .await?;
             Ok(tx
                 .query_one(
-                    "SELECT request::text, status, response_status, response::text, attempts \
+                    "SELECT request::text, status, response_status, response::text, attempts, \
+                            owner \
                        FROM orders WHERE order_id = $1 FOR UPDATE",
                     &[&order_id],
                 )
@@ -136,6 +143,11 @@ impl OrderStore {
             other => StoreError::Db(other),
         })?;
 
+        // Another client's order is answered as an unknown one would be, before anything tells
+        // it apart (not even a mismatch); the transaction rolls back, nothing changes.
+        if !access::owner_visible(row.get::<_, Option<&str>>(5)) {
+            return Ok(Submission::NotFound);
+        }
         let stored: OrderRequest = serde_json::from_str(row.get::<_, &str>(0))
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         if !same_order(&stored, order) {

@@ -27,6 +27,7 @@ pub async fn create(
     // The order runs in its own task: a client that disconnects must not cut it off between
     // reserving and compensating, or between deciding and recording the decision.
     let task_state = state.clone();
+    let answered_id = order_id.clone();
     // It keeps the request's id, log span and client.
     let work = access::with_current_client(async move {
         task_state
@@ -63,6 +64,10 @@ pub async fn create(
         Submission::Mismatch(problem) => {
             metrics::record_order("mismatch");
             problem::body(problem::builder(StatusCode::UNPROCESSABLE_ENTITY), &problem)
+        }
+        Submission::NotFound => {
+            metrics::record_order("not_found");
+            return Err(RouterError::NotFound(format!("no order {answered_id:?}")));
         }
         Submission::Ran(result) => respond(result),
     })

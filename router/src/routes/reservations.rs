@@ -3,8 +3,8 @@
 //! A new reservation is routed by its SKU; an id in the order-line namespace
 //! ([`schema::wire::ORDER_LINE_PREFIX`]) is refused with `400` (only orders create those). Existing reservations are addressed by id only, so the
 //! router looks their partition up in PostgreSQL
-//! ([`schema::assignment::reservation_partition`]); an id PostgreSQL does not know is a `404`
-//! without bothering an allocator.
+//! ([`schema::assignment::reservation_partition`]); an id PostgreSQL does not know, and another
+//! client's reservation ([`access::Owner`]), is a `404` without bothering an allocator.
 
 use actix_web::{web, HttpResponse};
 use schema::wire::{is_order_line_id, reserved_id_refusal, ReservationId, ReserveRequest};
@@ -66,7 +66,15 @@ async fn by_id(
 ) -> Result<HttpResponse, RouterError> {
     let id = id.as_str();
     let partition = match db::reservation_partition(&state.pool, state.db_timeout, id).await {
-        Ok(Some(partition)) => partition,
+        // Another client's, or outside the client's namespaces: answered as an unknown id, here
+        // already, so not even the answer's headers tell it apart (the owning allocator checks
+        // the owner again inside its fenced transaction).
+        Ok(Some(place))
+            if access::owner_visible(place.owner.as_deref()) && access::sku_visible(&place.sku) =>
+        {
+            place.partition
+        }
+        Ok(Some(_)) => return Err(RouterError::NotFound(format!("no reservation {id:?}"))),
         Ok(None) => return Err(RouterError::NotFound(format!("no reservation {id:?}"))),
         Err(e) => {
             tracing::warn!(reservation_id = id, error = %e, "reservation lookup failed");

@@ -1,0 +1,141 @@
+//! `max_held_per_sku` decided inside the fenced batch (`V19__hold_quota_per_sku.sql`): concurrent
+//! reserves of one client through two routers get exactly its quota of one SKU held, the rest
+//! `429 quota-exceeded` naming the quota, and nothing recorded for them; a release frees room;
+//! another client is not held to it.
+
+use std::io::Write;
+use std::path::Path;
+
+use access::table::hash_hex;
+use reqwest::StatusCode;
+use schema::wire::problem_type;
+use serde_json::{json, Value};
+
+use crate::common::{http, serial, Cluster};
+
+const BUYER: &str = "buyer-token-4a6c8e0b2d1f";
+const OTHER: &str = "other-token-9d1b3f5a7c2e";
+const OPS: &str = "ops-token-6e8a0c2b4d1f";
+const ROUTER: &str = "router-token-1f3b5d7a9c2e";
+
+fn auth_file(path: &Path, clients: &[(&str, &str, &str, &str)]) {
+    let mut file = std::fs::File::create(path).expect("auth file");
+    for (name, scopes, token, options) in clients {
+        let hash = hash_hex(token.as_bytes());
+        writeln!(file, "{name} {scopes} {hash} {options}").unwrap();
+    }
+}
+
+async fn reserve(base: &str, token: &str, id: &str, quantity: i64) -> (StatusCode, Value) {
+    let body = json!({"reservation_id": id, "sku": "hot:1", "quantity": quantity});
+    let response = http()
+        .post(format!("{base}/v1/reservations"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .expect("reserve");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reserves_through_two_routers_hold_exactly_the_quota() {
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let allocator_auth = dir.path().join("allocator-auth");
+    auth_file(&allocator_auth, &[("router-1", "router", ROUTER, "")]);
+    let router_auth = dir.path().join("router-auth");
+    auth_file(
+        &router_auth,
+        &[
+            ("buyer", "reserve", BUYER, "max_held_per_sku=3"),
+            ("other", "reserve", OTHER, ""),
+            ("ops", "reserve,admin", OPS, ""),
+        ],
+    );
+    let token_file = dir.path().join("router-token");
+    std::fs::write(&token_file, ROUTER).unwrap();
+    let env = vec![
+        (
+            "ALLOCATOR_AUTH_FILE".into(),
+            allocator_auth.display().to_string(),
+        ),
+        ("ALLOCATOR_REQUIRE_ROUTER".into(), "true".into()),
+    ];
+    let cluster = Cluster::start_with_env("hold-quota", 2, 4, env).await;
+    let tweak = |c: &mut router::RouterConfig| {
+        c.access.auth_file = Some(router_auth.clone());
+        c.upstream_token_file = Some(token_file.clone());
+    };
+    let first = cluster.router(tweak).await;
+    let second = cluster.router(tweak).await;
+    let stock = json!({"adjustment_id": "hot-seed", "delta": 100});
+    let stocked = http()
+        .post(format!("{}/v1/inventory/hot:1/adjustments", first.url))
+        .bearer_auth(OPS)
+        .json(&stock)
+        .send()
+        .await
+        .expect("restock");
+    assert_eq!(stocked.status(), StatusCode::CREATED);
+
+    // 24 single-unit reserves at once, alternating between the routers.
+    let bases = [first.url.clone(), second.url.clone()];
+    let attempts = (0..24).map(|i| {
+        let base = bases[i % 2].clone();
+        async move { reserve(&base, BUYER, &format!("hot-{i}"), 1).await }
+    });
+    let answers = futures::future::join_all(attempts).await;
+    let held = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .count();
+    assert_eq!(held, 3, "exactly the quota is held: {answers:?}");
+    for (status, body) in answers.iter().filter(|(s, _)| *s != StatusCode::CREATED) {
+        assert_eq!(*status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        assert_eq!(body["type"], problem_type::QUOTA_EXCEEDED, "{body}");
+        assert_eq!(body["quota"], "max_held_per_sku", "{body}");
+        assert_eq!(body["limit"], 3, "{body}");
+    }
+    let db = cluster.db().await;
+    let rows: i64 = db
+        .query_one(
+            "SELECT count(*) FROM reservations WHERE owner = 'buyer'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 3, "nothing is recorded for a refused reserve");
+    let mut refusals = 0.0;
+    for allocator in &cluster.allocators {
+        let series = "allocator_quota_refusals_total{client=\"buyer\",quota=\"max_held_per_sku\"}";
+        refusals += crate::common::metric(&allocator.url, series).await;
+    }
+    assert_eq!(refusals, 21.0, "every refusal is counted");
+
+    // Two more at once is over; a release makes room for one; others are not limited.
+    let (status, _) = reserve(&bases[1], BUYER, "hot-big", 2).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let mine = answers
+        .iter()
+        .find(|(s, _)| *s == StatusCode::CREATED)
+        .map(|(_, b)| b["reservation_id"].as_str().unwrap().to_owned())
+        .unwrap();
+    let released = http()
+        .post(format!("{}/v1/reservations/{mine}/release", bases[0]))
+        .bearer_auth(BUYER)
+        .send()
+        .await
+        .expect("release");
+    assert_eq!(released.status(), StatusCode::OK);
+    let (status, body) = reserve(&bases[1], BUYER, "hot-after", 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = reserve(&bases[0], BUYER, "hot-more", 1).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let (status, body) = reserve(&bases[0], OTHER, "other-big", 10).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    first.stop().await;
+    second.stop().await;
+}
