@@ -16,6 +16,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use testkit::ChildProcess;
 
+/// Every stream's last position (`stream`, `head`), from the counters, which archival leaves
+/// alone.
+const STREAM_HEADS: &str = "SELECT 'partition/' || partition AS stream, last_position AS head
+                              FROM ledger_positions
+                            UNION ALL
+                            SELECT 'settlement', max(position) FROM settlement_runs";
+
 /// Seconds without a new event after which a draining consumer stops short of its targets.
 const DRAIN_IDLE_SECS: u64 = 5;
 
@@ -100,17 +107,16 @@ impl EventConsumer {
     }
 }
 
-/// Writes every stream's last position now (from the counters, which archival leaves alone) to `out/events.heads.json` (`{"partition/3": 812,
-/// …}`): read after the consumer stopped, nothing it received may lie beyond.
+/// Writes every stream's last position now ([`STREAM_HEADS`]) to `out/events.heads.json`
+/// (`{"partition/3": 812, …}`): read after the consumer stopped, nothing it received may lie
+/// beyond.
 pub async fn write_heads(client: &tokio_postgres::Client, out: &Path) -> Result<()> {
     let heads: String = client
         .query_one(
-            "SELECT coalesce(json_object_agg(stream, head), '{}'::json)::text
-               FROM (SELECT 'partition/' || partition AS stream, last_position AS head
-                       FROM ledger_positions
-                     UNION ALL
-                     SELECT 'settlement', max(position) FROM settlement_runs) h
-              WHERE head IS NOT NULL",
+            &format!(
+                "SELECT coalesce(json_object_agg(stream, head), '{{}}'::json)::text
+                   FROM ({STREAM_HEADS}) h WHERE head IS NOT NULL"
+            ),
             &[],
         )
         .await
@@ -127,13 +133,10 @@ pub async fn wait_for_relay(client: &tokio_postgres::Client, limit: Duration) {
     loop {
         let behind = client
             .query_one(
-                "SELECT count(*) FROM event_relay_progress p
-                   JOIN (SELECT 'partition/' || partition AS stream, last_position AS head
-                           FROM ledger_positions
-                         UNION ALL
-                         SELECT 'settlement', max(position) FROM settlement_runs) h
-                     USING (stream)
-                  WHERE p.published < h.head",
+                &format!(
+                    "SELECT count(*) FROM event_relay_progress p JOIN ({STREAM_HEADS}) h
+                      USING (stream) WHERE p.published < h.head"
+                ),
                 &[],
             )
             .await
