@@ -12,7 +12,9 @@
 //! same trigger as the settlement tables. Each round it reads every stream's entries after its
 //! cursor (one statement), appends them to Redis (`XADD events:partition:P MAXLEN ~ N
 //! <position>-0 key P:position type … event <json>`, one pipelined script per stream), and then
-//! records the new positions in PostgreSQL. Redis refuses an id at or below a stream's last one,
+//! records the new positions in PostgreSQL. A round that filled a stream's batch is followed at
+//! once by the next (a hot partition may commit more than a batch per pause), up to
+//! `CATCH_UP_ROUNDS` in a row. Redis refuses an id at or below a stream's last one,
 //! and the script skips those, so a relay that died between Redis's answer and the progress
 //! update republishes nothing twice; consumers still deduplicate by position (`key`).
 //!

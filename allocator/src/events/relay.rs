@@ -22,9 +22,18 @@ pub struct RelaySettings {
     pub batch: usize,
     /// Approximate bound of each Redis stream (`XADD … MAXLEN ~`).
     pub max_len: usize,
-    /// Pause between rounds.
+    /// Pause between rounds that found every stream caught up.
     pub interval: Duration,
 }
+
+/// Successive rounds the relay runs without its pause while some stream still fills whole
+/// batches (a hot partition commits faster than `batch` per `interval`); then it pauses once
+/// anyway, which bounds the share of PostgreSQL and Redis a long backlog lets the relay take.
+const CATCH_UP_ROUNDS: u32 = 50;
+
+/// How often the relay asks PostgreSQL for its lag in entries: the gauge is for alerts that
+/// look at minutes, not for every round.
+const LAG_QUERY_EVERY: Duration = Duration::from_secs(1);
 
 /// Appends one stream's entries. KEYS[1]: the stream. ARGV: the lowest last id the stream must
 /// have (else nothing is appended and `{0, last}` comes back: Redis lost entries), MAXLEN, then
@@ -63,7 +72,12 @@ struct Relay {
     settings: RelaySettings,
     pool: Pool,
     redis: redis::Client,
-    connection: Option<MultiplexedConnection>,
+    /// The connection and the SHA1 of [`APPEND`] loaded on it (`SCRIPT LOAD` on every new
+    /// connection, so a restarted Redis gets the script again with the reconnect its failure
+    /// causes; an `EVALSHA` answered `NOSCRIPT` fails the round and drops the connection).
+    connection: Option<(MultiplexedConnection, String)>,
+    /// When the lag in entries was last read from PostgreSQL.
+    lag_read_at: Option<tokio::time::Instant>,
     /// The term the cursors were loaded under.
     term: Option<i64>,
     cursors: BTreeMap<Stream, Cursor>,
@@ -82,18 +96,29 @@ pub fn spawn(
         pool,
         redis,
         connection: None,
+        lag_read_at: None,
         term: None,
         cursors: BTreeMap::new(),
     };
     Ok(tokio::spawn(async move {
+        let mut catching_up = 0;
         loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(relay.settings.interval) => {}
+            if catching_up == 0 || catching_up >= CATCH_UP_ROUNDS {
+                catching_up = 0;
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(relay.settings.interval) => {}
+                }
+            } else if stop.is_cancelled() {
+                return;
             }
             match term() {
-                Some(t) => relay.round(t).await,
+                Some(t) => {
+                    let behind = relay.round(t).await;
+                    catching_up = if behind { catching_up + 1 } else { 0 };
+                }
                 None => {
+                    catching_up = 0;
                     relay.term = None;
                     metrics::gauge!(m::EVENTS_LAG_ENTRIES).set(0.0);
                     metrics::gauge!(m::EVENTS_LAG_SECONDS).set(0.0);
@@ -111,9 +136,10 @@ enum RoundError {
 }
 
 impl Relay {
-    async fn round(&mut self, term: i64) {
+    /// One round; true when some stream read a whole batch (more may be waiting).
+    async fn round(&mut self, term: i64) -> bool {
         let failure = match self.try_round(term).await {
-            Ok(()) => return,
+            Ok(behind) => return behind,
             Err(RoundError::Database(e)) if classify(&e) == DbFailure::StaleEpoch => {
                 // A newer term exists; its relay carries on from the recorded progress.
                 self.term = None;
@@ -135,9 +161,10 @@ impl Relay {
             }
         };
         metrics::counter!(m::EVENTS_RELAY_FAILURES, "cause" => failure).increment(1);
+        false
     }
 
-    async fn try_round(&mut self, term: i64) -> Result<(), RoundError> {
+    async fn try_round(&mut self, term: i64) -> Result<bool, RoundError> {
         let client = self
             .pool
             .get()
@@ -168,6 +195,7 @@ impl Relay {
                     .map_err(RoundError::Database)?,
             );
         }
+        let behind = full_batch(events.iter().map(Event::stream), self.settings.batch);
         let oldest = events
             .iter()
             .map(|e| match e {
@@ -180,9 +208,15 @@ impl Relay {
         }));
         self.publish(events).await?;
         self.record(&**client, term).await?;
-        let lag = read_lag(&**client).await.map_err(RoundError::Database)?;
-        metrics::gauge!(m::EVENTS_LAG_ENTRIES).set(lag as f64);
-        Ok(())
+        if self
+            .lag_read_at
+            .is_none_or(|at| at.elapsed() >= LAG_QUERY_EVERY)
+        {
+            let lag = read_lag(&**client).await.map_err(RoundError::Database)?;
+            metrics::gauge!(m::EVENTS_LAG_ENTRIES).set(lag as f64);
+            self.lag_read_at = Some(tokio::time::Instant::now());
+        }
+        Ok(behind)
     }
 
     /// Append each stream's new entries (and check every stream that has any in Redis) in one
@@ -192,21 +226,29 @@ impl Relay {
         for event in events {
             by_stream.entry(event.stream()).or_default().push(event);
         }
+        let asked: Vec<(Stream, i64, Vec<Event>)> = self
+            .cursors
+            .iter()
+            .map(|(stream, cursor)| {
+                let entries = by_stream.remove(stream).unwrap_or_default();
+                (*stream, cursor.floor, entries)
+            })
+            .filter(|(_, floor, entries)| !entries.is_empty() || *floor > 0)
+            .collect();
+        if asked.is_empty() {
+            return Ok(());
+        }
+        let (mut connection, sha) = self.connection().await?;
         let mut pipe = redis::pipe();
-        let mut asked = Vec::new();
-        for (stream, cursor) in &self.cursors {
-            let entries = by_stream.remove(stream).unwrap_or_default();
-            if entries.is_empty() && cursor.floor == 0 {
-                continue;
-            }
+        for (stream, floor, entries) in &asked {
             let cmd = pipe
-                .cmd("EVAL")
-                .arg(APPEND)
+                .cmd("EVALSHA")
+                .arg(&sha)
                 .arg(1)
                 .arg(stream.redis_key())
-                .arg(cursor.floor)
+                .arg(*floor)
                 .arg(self.settings.max_len);
-            for event in &entries {
+            for event in entries {
                 let json =
                     serde_json::to_string(event).map_err(|e| RoundError::Redis(e.to_string()))?;
                 cmd.arg(event.position())
@@ -214,17 +256,12 @@ impl Relay {
                     .arg(event.event_type())
                     .arg(json);
             }
-            asked.push(*stream);
         }
-        if asked.is_empty() {
-            return Ok(());
-        }
-        let connection = self.connection().await?;
         let answers: Vec<(i64, i64, u64)> = pipe
-            .query_async(connection)
+            .query_async(&mut connection)
             .await
             .map_err(|e| RoundError::Redis(e.to_string()))?;
-        for (stream, (kept, last, added)) in asked.into_iter().zip(answers) {
+        for ((stream, _, _), (kept, last, added)) in asked.into_iter().zip(answers) {
             let kind = match stream {
                 Stream::Partition(_) => "partition",
                 Stream::Settlement => "settlement",
@@ -254,19 +291,26 @@ impl Relay {
         Ok(())
     }
 
-    async fn connection(&mut self) -> Result<&mut MultiplexedConnection, RoundError> {
+    /// The connection with [`APPEND`] loaded on it, connecting (and loading) when there is none.
+    async fn connection(&mut self) -> Result<(MultiplexedConnection, String), RoundError> {
         if self.connection.is_none() {
-            let connected = tokio::time::timeout(
-                Duration::from_secs(1),
-                self.redis.get_multiplexed_async_connection(),
-            )
-            .await
-            .map_err(|_| RoundError::Redis("connect timed out".to_owned()))?
-            .map_err(|e| RoundError::Redis(e.to_string()))?;
+            let connect = async {
+                let mut connection = self.redis.get_multiplexed_async_connection().await?;
+                let sha: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(APPEND)
+                    .query_async(&mut connection)
+                    .await?;
+                Ok::<_, redis::RedisError>((connection, sha))
+            };
+            let connected = tokio::time::timeout(Duration::from_secs(1), connect)
+                .await
+                .map_err(|_| RoundError::Redis("connect timed out".to_owned()))?
+                .map_err(|e| RoundError::Redis(e.to_string()))?;
             self.connection = Some(connected);
         }
         self.connection
-            .as_mut()
+            .clone()
             .ok_or_else(|| RoundError::Redis("no connection".to_owned()))
     }
 
@@ -303,6 +347,16 @@ impl Relay {
         }
         Ok(())
     }
+}
+
+/// Whether some stream's read filled `batch`: it may have more committed entries waiting.
+fn full_batch(streams: impl IntoIterator<Item = Stream>, batch: usize) -> bool {
+    let mut counts: BTreeMap<Stream, usize> = BTreeMap::new();
+    streams.into_iter().any(|stream| {
+        let n = counts.entry(stream).or_default();
+        *n += 1;
+        *n >= batch
+    })
 }
 
 /// Every stream's recorded progress; a new term starts from it.
@@ -344,4 +398,18 @@ async fn read_lag<C: tokio_postgres::GenericClient>(
         )
         .await?;
     Ok(row.get::<_, Option<i64>>(0).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_that_filled_its_batch_means_more_may_wait() {
+        let p = Stream::Partition;
+        assert!(!full_batch([], 3));
+        assert!(!full_batch([p(1), p(1), p(2), p(2), Stream::Settlement], 3));
+        assert!(full_batch([p(1), p(2), p(1), p(1)], 3));
+        assert!(full_batch([Stream::Settlement], 1));
+    }
 }

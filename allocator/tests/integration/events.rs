@@ -170,6 +170,44 @@ async fn the_relay_publishes_every_change_once_in_order() {
     replica.stop().await;
 }
 
+/// A backlog of many batches is published in one catch-up burst, not one batch per pause: the
+/// rate a hot partition commits at is not capped at `batch` per `interval`. Written with the relay
+/// off, the backlog's longest stream needs more than 12 batches of 5; one batch per 3 s pause would
+/// take longer than the 20 s allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_of_many_batches_is_published_without_a_pause_per_batch() {
+    let redis = RedisServer::start().await.expect("start redis");
+    let db = migrated_database(PARTITIONS).await;
+    let writer = TestReplica::start(fast_config(&db, "backlog-writer")).await;
+    wait_owns_all(&writer).await;
+    stock(&writer.url).await;
+    mixed_load(&writer.url, "backlog", 40).await;
+    writer.stop().await;
+    let longest = database_events(&db)
+        .await
+        .values()
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        longest > 60,
+        "the backlog's longest stream has only {longest} entries"
+    );
+
+    let mut config = relay_config(&db, "backlog-relay", &redis.url());
+    config.events = Some(EventsConfig {
+        batch: 5.try_into().unwrap(),
+        max_len: 100_000.try_into().unwrap(),
+        interval: Duration::from_secs(3),
+    });
+    let relay = TestReplica::start(config).await;
+    wait_delivered(&db, &redis.url(), Duration::from_secs(20)).await;
+    wait_no_holds(&db).await;
+    wait_delivered(&db, &redis.url(), Duration::from_secs(20)).await;
+    assert_delivered_once(&db, &redis.url()).await;
+    relay.stop().await;
+}
+
 /// `GET /v1/events` pages through a stream from the database, equal to what the relay publishes,
 /// and refuses a bad query with a problem, never a 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
