@@ -132,8 +132,8 @@ struct Arrays<'a> {
     sku: Vec<Option<&'a str>>,
     amount: Vec<i64>,
     ttl: Vec<i32>,
-    /// The client a command is for (recorded on a new reservation), and whether it may act on
-    /// every client's reservations (`admin`, or authentication off).
+    /// The client a command is for (recorded on a new reservation or adjustment), and whether it
+    /// may act on every client's reservations (`admin`, or authentication off).
     owner: Vec<Option<&'a str>>,
     any_owner: Vec<bool>,
     /// The client's `max_held_per_sku`, for reserves of clients that have one.
@@ -177,11 +177,10 @@ impl<'a> Arrays<'a> {
                     | Command::Release { reservation_id, .. } => {
                         (Some(reservation_id.as_str()), None, 0, 0)
                     }
-                    Command::Adjust {
-                        adjustment_id,
-                        sku,
-                        delta,
-                    } => (Some(adjustment_id.as_str()), Some(sku.as_str()), *delta, 0),
+                    Command::Adjust { .. } | Command::AdjustFor { .. } => {
+                        let (id, sku, delta) = command.adjustment().expect("an adjustment");
+                        (Some(id), Some(sku), delta, 0)
+                    }
                     Command::ExpireDue { limit } => (None, None, *limit, 0),
                 };
                 a.partition.push(partition);
