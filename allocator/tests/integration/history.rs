@@ -14,7 +14,6 @@ use reqwest::StatusCode;
 use schema::wire::{problem_type, HEADER_CLIENT};
 use serde_json::json;
 use testkit::history::{check_history, check_refusals, two_clients_and_an_admin, Clients};
-use testkit::ApiClient;
 
 const ALICE: &str = "alice-token-6b2d8f0a4c1e";
 const BOB: &str = "bob-token-2f9a1c7e5d3b";
