@@ -188,7 +188,10 @@ mod tests {
             ("after", "after must be a position >= 0, got \"\""),
             ("limit=0", "limit must be 1..1000, got \"0\""),
             ("limit=1001", "limit must be 1..1000, got \"1001\""),
-            ("limit=99999999999999999999", "limit must be 1..1000, got \"99999999999999999999\""),
+            (
+                "limit=99999999999999999999",
+                "limit must be 1..1000, got \"99999999999999999999\"",
+            ),
             ("partition=3", "unknown query parameter \"partition\""),
         ] {
             assert_eq!(HistoryQuery::parse(bad).unwrap_err(), detail, "{bad}");

@@ -154,9 +154,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource(routes::GET_RESERVATION.path).route(web::get().to(reservations::get)))
         .service(resource(routes::GET_INVENTORY.path).route(web::get().to(inventory::get)))
         .service(resource(routes::ADJUST.path).route(web::post().to(inventory::adjust)))
-        .service(
-            resource(routes::INVENTORY_HISTORY.path).route(web::get().to(inventory::history)),
-        )
+        .service(resource(routes::INVENTORY_HISTORY.path).route(web::get().to(inventory::history)))
         .service(resource(routes::PARTITIONS.path).route(web::get().to(cluster::partitions)))
         .service(resource(routes::SETTLEMENT_STATUS.path).route(web::get().to(cluster::settlement)))
         .service(resource(routes::EVENTS.path).route(web::get().to(cluster::events)))

@@ -42,7 +42,11 @@ async fn adjust(api: &ApiClient, sku: &str, id: &str, delta: i64) {
         delta: delta.try_into().expect("a delta"),
     };
     let answer = api.adjust(sku, &request).await;
-    assert_eq!(answer.status, StatusCode::CREATED, "adjust {id}: {answer:?}");
+    assert_eq!(
+        answer.status,
+        StatusCode::CREATED,
+        "adjust {id}: {answer:?}"
+    );
 }
 
 async fn reserve(api: &ApiClient, sku: &str, id: &str, quantity: i64) {
@@ -53,7 +57,11 @@ async fn reserve(api: &ApiClient, sku: &str, id: &str, quantity: i64) {
         ttl_seconds: None,
     };
     let answer = api.reserve(&request).await;
-    assert_eq!(answer.status, StatusCode::CREATED, "reserve {id}: {answer:?}");
+    assert_eq!(
+        answer.status,
+        StatusCode::CREATED,
+        "reserve {id}: {answer:?}"
+    );
 }
 
 /// The admin restocks `sku`, each client reserves, the first confirms and the second releases,
@@ -127,8 +135,14 @@ pub async fn check_history(
     assert_eq!(whole.sku, sku);
     assert_eq!(whole.next_after, None, "one page holds it all");
     let listed: Vec<Expected> = whole.entries.iter().map(seen).collect();
-    assert_eq!(listed, expected, "every movement, in order, with its client");
-    assert!(whole.entries.windows(2).all(|w| w[0].position < w[1].position));
+    assert_eq!(
+        listed, expected,
+        "every movement, in order, with its client"
+    );
+    assert!(whole
+        .entries
+        .windows(2)
+        .all(|w| w[0].position < w[1].position));
     for entry in &whole.entries {
         let c = &entry.change;
         assert_eq!(c.on_hand, c.available + c.held + c.confirmed, "{entry:?}");
@@ -149,7 +163,11 @@ pub async fn check_history(
         paged.extend(next.entries.iter().cloned());
         match next.next_after {
             Some(position) => {
-                assert_eq!(next.entries.len(), limit, "{query}: a full page before the last");
+                assert_eq!(
+                    next.entries.len(),
+                    limit,
+                    "{query}: a full page before the last"
+                );
                 assert_eq!(Some(position), next.entries.last().map(|e| e.position));
                 after = position;
             }
@@ -188,7 +206,10 @@ pub async fn check_refusals(
     );
     for (query, detail) in [
         ("after=-1", "after must be a position >= 0, got \"-1\""),
-        ("after=first", "after must be a position >= 0, got \"first\""),
+        (
+            "after=first",
+            "after must be a position >= 0, got \"first\"",
+        ),
         ("limit=0", "limit must be 1..1000, got \"0\""),
         ("limit=1001", "limit must be 1..1000, got \"1001\""),
         ("page=2", "unknown query parameter \"page\""),

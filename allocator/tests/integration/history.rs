@@ -81,14 +81,22 @@ async fn the_history_lists_every_movement_with_its_client_in_order_and_in_pages(
     let entries = check_history(&clients.admin.1, "hist:1", &expected, 3).await;
     assert_eq!(entries.len(), 7);
     assert_eq!(entries[6].change.on_hand, 4);
-    assert_eq!(adjustment_owner(&pg, "h-stock").await.as_deref(), Some("ops"));
+    assert_eq!(
+        adjustment_owner(&pg, "h-stock").await.as_deref(),
+        Some("ops")
+    );
     assert_eq!(
         adjustment_owner(&pg, "h-routed").await.as_deref(),
         Some("ops-tool")
     );
     // Another SKU's movements are not in it, and a page of one starts where asked.
     restock_with(&clients.admin.1, "hist:2", 1).await;
-    let one = clients.admin.1.history("hist:1", "after=0&limit=1").await.ok();
+    let one = clients
+        .admin
+        .1
+        .history("hist:1", "after=0&limit=1")
+        .await
+        .ok();
     assert_eq!(one.entries, entries[..1]);
     assert_eq!(one.next_after, Some(entries[0].position));
     let from = entries[4].position;
@@ -170,10 +178,22 @@ async fn the_fenced_batch_records_the_adjusting_client() {
     )
     .await
     .unwrap();
-    assert!(matches!(outcomes[0], Outcome::Adjusted { replayed: false, .. }));
+    assert!(matches!(
+        outcomes[0],
+        Outcome::Adjusted {
+            replayed: false,
+            ..
+        }
+    ));
     assert!(matches!(outcomes[2], Outcome::ShrinkRefused { .. }));
-    assert!(matches!(outcomes[3], Outcome::Adjusted { replayed: true, .. }));
-    assert_eq!(adjustment_owner(&pg, "o-stock").await.as_deref(), Some("ops"));
+    assert!(matches!(
+        outcomes[3],
+        Outcome::Adjusted { replayed: true, .. }
+    ));
+    assert_eq!(
+        adjustment_owner(&pg, "o-stock").await.as_deref(),
+        Some("ops")
+    );
     assert_eq!(adjustment_owner(&pg, "o-plain").await, None);
     assert_eq!(
         adjustment_owner(&pg, "o-shrink").await.as_deref(),

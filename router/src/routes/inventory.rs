@@ -32,8 +32,7 @@ pub async fn history(
     request: actix_web::HttpRequest,
     sku: web::Path<Sku>,
 ) -> Result<HttpResponse, RouterError> {
-    let query =
-        HistoryQuery::parse(request.query_string()).map_err(RouterError::InvalidRequest)?;
+    let query = HistoryQuery::parse(request.query_string()).map_err(RouterError::InvalidRequest)?;
     let partition = state.partition_of(&sku)?;
     let upstream = UpstreamRequest::get(
         format!(
