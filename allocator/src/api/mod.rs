@@ -2,8 +2,8 @@
 //!
 //! Writes go to the owning partition's worker; a partition owned elsewhere gets `421` naming the
 //! owner the database knows, one whose lease is unconfirmed gets `503` + `Retry-After`. Reads
-//! (`GET` of a reservation, an inventory row or a SKU's history) come straight from PostgreSQL, which is the
-//! authority, so any replica can answer them.
+//! (`GET` of a reservation, an inventory row or a SKU's history) come straight from PostgreSQL,
+//! which is the authority, so any replica can answer them.
 
 mod cluster;
 mod docs;

@@ -177,10 +177,17 @@ impl<'a> Arrays<'a> {
                     | Command::Release { reservation_id, .. } => {
                         (Some(reservation_id.as_str()), None, 0, 0)
                     }
-                    Command::Adjust { .. } | Command::AdjustFor { .. } => {
-                        let (id, sku, delta) = command.adjustment().expect("an adjustment");
-                        (Some(id), Some(sku), delta, 0)
+                    Command::Adjust {
+                        adjustment_id,
+                        sku,
+                        delta,
                     }
+                    | Command::AdjustFor {
+                        adjustment_id,
+                        sku,
+                        delta,
+                        ..
+                    } => (Some(adjustment_id.as_str()), Some(sku.as_str()), *delta, 0),
                     Command::ExpireDue { limit } => (None, None, *limit, 0),
                 };
                 a.partition.push(partition);
