@@ -25,7 +25,7 @@ DECLARE
     edits constant text[][] := ARRAY[
         ARRAY[$o$    a_new      boolean[] := '{}';$o$,
               $n$    a_new      boolean[] := '{}';
-    a_owner    text[] := '{}';  -- V20: the client that made a new one (NULL: anonymous or unknown)$n$,
+    a_owner    text[] := '{}';  -- V20: who made a new one (NULL: anonymous or unknown)$n$,
               '1'],
         -- Adjustments read back for replays: their owner is never needed again.
         ARRAY[$o$            a_new := a_new || false;$o$,
