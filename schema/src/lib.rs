@@ -14,6 +14,8 @@
 //! * [`hint`]: the assignment change hints published on Redis, and their channel.
 //! * [`events`]: the change events (the ledger as an outbox) and their JSON Schemas; reading
 //!   them from PostgreSQL with feature `postgres`.
+//! * [`history`]: one SKU's ledger with the client of each movement (`GET
+//!   /v1/inventory/{sku}/history`); reading it from PostgreSQL with feature `postgres`.
 //!
 //! The crate has no HTTP server, pool or Redis client in it, so a consumer that only needs the
 //! types (the load generator) does not compile the allocator's runtime.
@@ -22,6 +24,7 @@
 pub mod assignment;
 pub mod events;
 pub mod hint;
+pub mod history;
 #[cfg(feature = "postgres")]
 pub mod migrate;
 pub mod openapi;

@@ -61,6 +61,8 @@ pub const RELEASE: Route = route(
 );
 pub const GET_INVENTORY: Route = route("GET", "/v1/inventory/{sku}", Served::Both);
 pub const ADJUST: Route = route("POST", "/v1/inventory/{sku}/adjustments", Served::Both);
+/// One SKU's ledger in commit order, with the client of each movement ([`crate::history`]).
+pub const INVENTORY_HISTORY: Route = route("GET", "/v1/inventory/{sku}/history", Served::Both);
 pub const RESERVE_ORDER: Route =
     route("POST", "/v1/orders/{order_id}/reservations", Served::Router);
 pub const PARTITIONS: Route = route("GET", "/v1/partitions", Served::Both);
@@ -86,6 +88,7 @@ pub const ALL: &[Route] = &[
     RELEASE,
     GET_INVENTORY,
     ADJUST,
+    INVENTORY_HISTORY,
     RESERVE_ORDER,
     PARTITIONS,
     SETTLEMENT_STATUS,
@@ -160,6 +163,8 @@ pub const ACCESS: &[(Route, Access)] = &[
     (RELEASE, Access::Requires(Scope::Reserve)),
     (GET_INVENTORY, Access::Requires(Scope::Reserve)),
     (ADJUST, Access::Requires(Scope::Admin)),
+    // Who reserved and adjusted what: the audit of a SKU, for operators.
+    (INVENTORY_HISTORY, Access::Requires(Scope::Admin)),
     (RESERVE_ORDER, Access::Requires(Scope::Reserve)),
     (PARTITIONS, Access::Requires(Scope::Reserve)),
     (SETTLEMENT_STATUS, Access::Requires(Scope::Reserve)),
@@ -203,6 +208,7 @@ pub const SKU_IN: &[(Route, SkuIn)] = &[
     (RELEASE, SkuIn::StoredReservation),
     (GET_INVENTORY, SkuIn::Path),
     (ADJUST, SkuIn::Path),
+    (INVENTORY_HISTORY, SkuIn::Path),
     (RESERVE_ORDER, SkuIn::OrderBody),
     (PARTITIONS, SkuIn::Nowhere),
     (SETTLEMENT_STATUS, SkuIn::Nowhere),
@@ -433,6 +439,10 @@ mod tests {
         assert_eq!(
             access_for("get", Some(GET_INVENTORY.path)),
             Some(Access::Requires(Scope::Reserve))
+        );
+        assert_eq!(
+            access_for("GET", Some(INVENTORY_HISTORY.path)),
+            Some(Access::Requires(Scope::Admin))
         );
         // Another method on a known template: the answer is 405, no scope needed.
         assert_eq!(access_for("DELETE", Some(ADJUST.path)), None);

@@ -1,9 +1,11 @@
-//! `/v1/inventory` handlers.
+//! `/v1/inventory` handlers: a SKU's stock and history are read from PostgreSQL (any replica
+//! answers); adjustments go to the owning partition's worker and record their client.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::{ApiError, AppState};
 use crate::fenced::{Command, Outcome};
+use schema::history::HistoryQuery;
 use schema::partition::partition_for;
 use schema::wire::{AdjustmentRequest, Inventory, Sku, HEADER_EPOCH, HEADER_REPLAYED};
 
@@ -32,6 +34,22 @@ pub async fn get(
     }))
 }
 
+/// One page of the SKU's ledger in commit order, with the client of each movement
+/// ([`schema::history`]); read, never written, so any replica answers.
+pub async fn history(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<Sku>,
+) -> Result<HttpResponse, ApiError> {
+    let sku = path.into_inner();
+    let query = HistoryQuery::parse(request.query_string()).map_err(ApiError::InvalidRequest)?;
+    let client = state.pool.get().await?;
+    let page = schema::history::read(&**client, sku.as_str(), query)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("sku {sku} is not stocked")))?;
+    Ok(HttpResponse::Ok().json(page))
+}
+
 pub async fn adjust(
     state: web::Data<AppState>,
     request: HttpRequest,
@@ -41,10 +59,11 @@ pub async fn adjust(
     let sku = path.into_inner();
     let body = body.into_inner();
     let partition = partition_for(sku.as_str(), state.partition_count);
-    let command = Command::Adjust {
+    let command = Command::AdjustFor {
         adjustment_id: body.adjustment_id.into_string(),
         sku: sku.into_string(),
         delta: body.delta.get(),
+        owner: access::current_owner(),
     };
     let (outcome, epoch) = state.dispatch(&request, partition, command).await?;
     match outcome {

@@ -2,8 +2,8 @@
 //!
 //! Writes go to the owning partition's worker; a partition owned elsewhere gets `421` naming the
 //! owner the database knows, one whose lease is unconfirmed gets `503` + `Retry-After`. Reads
-//! (`GET` of a reservation or an inventory row) come straight from PostgreSQL, which is the
-//! authority, so any replica can answer them.
+//! (`GET` of a reservation, an inventory row or a SKU's history) come straight from PostgreSQL,
+//! which is the authority, so any replica can answer them.
 
 mod cluster;
 mod docs;
@@ -154,6 +154,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource(routes::GET_RESERVATION.path).route(web::get().to(reservations::get)))
         .service(resource(routes::GET_INVENTORY.path).route(web::get().to(inventory::get)))
         .service(resource(routes::ADJUST.path).route(web::post().to(inventory::adjust)))
+        .service(resource(routes::INVENTORY_HISTORY.path).route(web::get().to(inventory::history)))
         .service(resource(routes::PARTITIONS.path).route(web::get().to(cluster::partitions)))
         .service(resource(routes::SETTLEMENT_STATUS.path).route(web::get().to(cluster::settlement)))
         .service(resource(routes::EVENTS.path).route(web::get().to(cluster::events)))

@@ -16,11 +16,11 @@ pub(super) fn adjustment_from_answer(
     command: &Command,
     row: &AnswerRow<'_>,
 ) -> Result<Adjustment, FencedError> {
-    let Command::Adjust { adjustment_id, .. } = command else {
+    let Some((adjustment_id, _, _)) = command.adjustment() else {
         return Err(malformed("adjustment outcome for another command"));
     };
     Ok(Adjustment {
-        adjustment_id: adjustment_id.clone(),
+        adjustment_id: adjustment_id.to_owned(),
         sku: row.sku(),
         delta: row
             .quantity()

@@ -27,10 +27,20 @@ pub enum Command {
         reservation_id: String,
         owner: Owner,
     },
+    /// A restock (positive `delta`) or shrink for no named client: the adjustment records no
+    /// owner (anonymous or unknown), as with authentication off.
     Adjust {
         adjustment_id: String,
         sku: String,
         delta: i64,
+    },
+    /// The same for `owner`, whose client the new adjustment records
+    /// (`V20__adjustment_owner.sql`); what the API sends.
+    AdjustFor {
+        adjustment_id: String,
+        sku: String,
+        delta: i64,
+        owner: Owner,
     },
     /// Expire up to `limit` overdue holds of the partition.
     ExpireDue { limit: i64 },
@@ -43,7 +53,7 @@ impl Command {
             Command::Reserve { .. } => "reserve",
             Command::Confirm { .. } => "confirm",
             Command::Release { .. } => "release",
-            Command::Adjust { .. } => "adjust",
+            Command::Adjust { .. } | Command::AdjustFor { .. } => "adjust",
             Command::ExpireDue { .. } => "expire",
         }
     }
@@ -54,16 +64,36 @@ impl Command {
             Command::Reserve { reservation_id, .. }
             | Command::Confirm { reservation_id, .. }
             | Command::Release { reservation_id, .. } => Some(reservation_id),
-            Command::Adjust { .. } | Command::ExpireDue { .. } => None,
+            Command::Adjust { .. } | Command::AdjustFor { .. } | Command::ExpireDue { .. } => None,
         }
     }
 
-    /// Who a reserve, confirm or release is for; adjustments and sweeps act for no client.
+    /// An adjustment's id, SKU and delta.
+    pub fn adjustment(&self) -> Option<(&str, &str, i64)> {
+        match self {
+            Command::Adjust {
+                adjustment_id,
+                sku,
+                delta,
+            }
+            | Command::AdjustFor {
+                adjustment_id,
+                sku,
+                delta,
+                ..
+            } => Some((adjustment_id, sku, *delta)),
+            _ => None,
+        }
+    }
+
+    /// Who a command is for: recorded on the reservation or adjustment it creates. Sweeps and
+    /// [`Command::Adjust`] act for no client.
     pub fn owner(&self) -> &Owner {
         match self {
             Command::Reserve { owner, .. }
             | Command::Confirm { owner, .. }
-            | Command::Release { owner, .. } => owner,
+            | Command::Release { owner, .. }
+            | Command::AdjustFor { owner, .. } => owner,
             Command::Adjust { .. } | Command::ExpireDue { .. } => &Owner::ANYONE,
         }
     }

@@ -132,8 +132,8 @@ struct Arrays<'a> {
     sku: Vec<Option<&'a str>>,
     amount: Vec<i64>,
     ttl: Vec<i32>,
-    /// The client a command is for (recorded on a new reservation), and whether it may act on
-    /// every client's reservations (`admin`, or authentication off).
+    /// The client a command is for (recorded on a new reservation or adjustment), and whether it
+    /// may act on every client's reservations (`admin`, or authentication off).
     owner: Vec<Option<&'a str>>,
     any_owner: Vec<bool>,
     /// The client's `max_held_per_sku`, for reserves of clients that have one.
@@ -181,6 +181,12 @@ impl<'a> Arrays<'a> {
                         adjustment_id,
                         sku,
                         delta,
+                    }
+                    | Command::AdjustFor {
+                        adjustment_id,
+                        sku,
+                        delta,
+                        ..
                     } => (Some(adjustment_id.as_str()), Some(sku.as_str()), *delta, 0),
                     Command::ExpireDue { limit } => (None, None, *limit, 0),
                 };

@@ -19,6 +19,7 @@ use allocator_client::{route_path, Client};
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
+use schema::history::HistoryPage;
 use schema::routes::{self, Route};
 use schema::wire::{
     Adjustment, AdjustmentRequest, Inventory, OrderRequest, PartitionMap, Problem, Reservation,
@@ -155,6 +156,17 @@ impl ApiClient {
         self.send::<(), _>(&routes::PARTITIONS, &[], None).await
     }
 
+    /// One page of a SKU's history; `query` is the raw query string (`after=3&limit=2`, or
+    /// empty), sent as it is so that tests can send malformed ones.
+    pub async fn history(&self, sku: &str, query: &str) -> Answer<HistoryPage> {
+        let mut path = route_path(&routes::INVENTORY_HISTORY, &[sku]);
+        if !query.is_empty() {
+            path = format!("{path}?{query}");
+        }
+        self.send_to::<(), _>(&routes::INVENTORY_HISTORY, path, None)
+            .await
+    }
+
     /// Send `body` (if any) to `route` and read the answer.
     pub async fn send<B: Serialize, T: DeserializeOwned>(
         &self,
@@ -162,7 +174,17 @@ impl ApiClient {
         segments: &[&str],
         body: Option<&B>,
     ) -> Answer<T> {
-        let path = route_path(route, segments);
+        self.send_to(route, route_path(route, segments), body).await
+    }
+
+    /// Send `body` (if any) with `route`'s method to `path` (the route's, with a query string)
+    /// and read the answer.
+    async fn send_to<B: Serialize, T: DeserializeOwned>(
+        &self,
+        route: &Route,
+        path: String,
+        body: Option<&B>,
+    ) -> Answer<T> {
         let method = Method::from_bytes(route.method.as_bytes()).expect("route method");
         let body = body.map(|b| Bytes::from(serde_json::to_vec(b).expect("a wire body")));
         let response = self

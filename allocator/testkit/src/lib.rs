@@ -25,6 +25,8 @@
 //!   `cluster` binary of this crate).
 //! * [`fenced`]: leases and fenced batches written as an allocator writes them, for histories
 //!   built without a replica.
+//! * [`history`]: a SKU's history (`GET /v1/inventory/{sku}/history`) made by two clients and an
+//!   admin and checked whole, page by page and for its refusals, against either service.
 //!
 //! Everything binds 127.0.0.1 on ports chosen at run time, never the shared PostgreSQL (5432)
 //! and Redis (6379) instances on the machine, so tests can run in parallel with each other and
@@ -39,6 +41,7 @@ pub mod api_client;
 pub mod browser;
 pub mod cluster;
 pub mod fenced;
+pub mod history;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

@@ -171,7 +171,11 @@ pub fn all_owned_by_one_of(map: &PartitionMap, owners: &[&str]) -> bool {
 
 /// Restock `sku` by `delta` through `base`, retrying while ownership settles.
 pub async fn restock(base: &str, sku: &str, delta: i64) {
-    let api = ApiClient::new(base);
+    restock_with(&ApiClient::new(base), sku, delta).await
+}
+
+/// [`restock`] through `api` (a client holding a token with `admin`, where authentication is on).
+pub async fn restock_with(api: &ApiClient, sku: &str, delta: i64) {
     let request = AdjustmentRequest {
         adjustment_id: format!("seed-{sku}-{delta}")
             .parse()

@@ -125,11 +125,12 @@ async fn a_populated_ledger_is_converted_with_every_row_and_column() {
         before,
         "the old table is the first partition"
     );
+    // The later migrations ran too: V20 replaced ledger_sku by ledger_sku_position.
     let carried: i64 = pg
         .query_one(
             "SELECT count(*) FROM pg_indexes WHERE tablename = 'ledger'
-                AND indexname IN ('ledger_sku', 'ledger_adjustment_id', 'ledger_confirmed_at',
-                                  'ledger_test_client')",
+                AND indexname IN ('ledger_sku_position', 'ledger_adjustment_id',
+                                  'ledger_confirmed_at', 'ledger_test_client')",
             &[],
         )
         .await

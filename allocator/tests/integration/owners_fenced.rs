@@ -14,7 +14,7 @@ use schema::partition::partition_for;
 
 /// A migrated database, a pool on it, the fence of partition 3 held by "owner", and a SKU of
 /// that partition (named after `prefix`).
-async fn partition_owned(prefix: &str) -> (String, deadpool_postgres::Pool, Fence, String) {
+pub async fn partition_owned(prefix: &str) -> (String, deadpool_postgres::Pool, Fence, String) {
     let db = migrated_database(PARTITIONS).await;
     let pool = build_pool(
         &db,

@@ -1,7 +1,9 @@
-//! `GET /v1/inventory/{sku}` and `POST /v1/inventory/{sku}/adjustments`, routed by SKU.
+//! `GET /v1/inventory/{sku}`, `GET /v1/inventory/{sku}/history` and
+//! `POST /v1/inventory/{sku}/adjustments`, routed by SKU.
 //! Adjustments are idempotent by `adjustment_id`, so they are retried like reservations.
 
 use actix_web::{web, HttpResponse};
+use schema::history::HistoryQuery;
 use schema::wire::{AdjustmentRequest, Sku};
 
 use crate::error::RouterError;
@@ -16,6 +18,30 @@ pub async fn get(
     let partition = state.partition_of(&sku)?;
     let upstream =
         UpstreamRequest::get(format!("/v1/inventory/{}", encode_segment(&sku)), partition);
+    Ok(state
+        .forwarder
+        .forward(&upstream)
+        .await?
+        .into_http_response())
+}
+
+/// Forwarded to the SKU's owner like [`get`], with the query parsed here first: a bad `after` or
+/// `limit` is answered `400` in the allocator's words without forwarding.
+pub async fn history(
+    state: web::Data<AppState>,
+    request: actix_web::HttpRequest,
+    sku: web::Path<Sku>,
+) -> Result<HttpResponse, RouterError> {
+    let query = HistoryQuery::parse(request.query_string()).map_err(RouterError::InvalidRequest)?;
+    let partition = state.partition_of(&sku)?;
+    let upstream = UpstreamRequest::get(
+        format!(
+            "/v1/inventory/{}/history?{}",
+            encode_segment(&sku),
+            query.query_string()
+        ),
+        partition,
+    );
     Ok(state
         .forwarder
         .forward(&upstream)

@@ -27,6 +27,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource(routes::RELEASE.path).route(web::post().to(reservations::release)))
         .service(resource(routes::GET_INVENTORY.path).route(web::get().to(inventory::get)))
         .service(resource(routes::ADJUST.path).route(web::post().to(inventory::adjust)))
+        .service(resource(routes::INVENTORY_HISTORY.path).route(web::get().to(inventory::history)))
         .service(resource(routes::RESERVE_ORDER.path).route(web::post().to(orders::create)))
         .service(resource(routes::PARTITIONS.path).route(web::get().to(partitions::get)))
         .service(

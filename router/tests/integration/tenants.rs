@@ -18,7 +18,7 @@ const ACME_OPS: &str = "acme-ops-token-4b6d8f0a2c1e";
 const OPS: &str = "ops-token-2c4e6a8f0b1d";
 const ROUTER: &str = "router-token-6f8a0c2e4b1d";
 
-fn auth_file(path: &Path, clients: &[(&str, &str, &str, &str)]) {
+pub(crate) fn auth_file(path: &Path, clients: &[(&str, &str, &str, &str)]) {
     let mut file = std::fs::File::create(path).expect("auth file");
     for (name, scopes, token, options) in clients {
         writeln!(

@@ -88,6 +88,11 @@ const FAULT_ONLY: &[(&str, &str)] = &[
         "only when a client's quota refuses a request at an allocator (allocator tenants tests)",
     ),
     (
+        "router_upstream_auth_failures_total",
+        "only when allocators refuse the router's own token (auth_upstream.rs); this cluster \
+         runs without authentication",
+    ),
+    (
         "router_auth_reloads_total",
         "only after a SIGHUP with an auth file (the allocator's auth tests)",
     ),
