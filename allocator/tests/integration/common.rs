@@ -46,6 +46,43 @@ pub async fn client(url: &str) -> tokio_postgres::Client {
     allocator::sessions::connect(url).await.expect("connect")
 }
 
+/// A small pool for tests that drive the fenced statements and the lease store directly. Its
+/// short lock timeout makes a statement that waits on another transaction's lock fail within
+/// the test instead of hanging it.
+pub fn fencing_pool(url: &str) -> deadpool_postgres::Pool {
+    allocator::sessions::build_pool(
+        url,
+        &allocator::sessions::PoolSettings {
+            size: 4,
+            wait: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(5),
+            idle_in_transaction_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_millis(300),
+            connect_timeout: allocator::sessions::CONNECT_TIMEOUT,
+            application_name: "fencing-test".into(),
+        },
+    )
+    .expect("pool")
+}
+
+/// A SKU that lands in `partition` of [`PARTITIONS`], distinct per `prefix`.
+pub fn sku_in(partition: u32, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|s| schema::partition::partition_for(s, PARTITIONS) == partition)
+        .unwrap()
+}
+
+/// Lapse `partition`'s lease in the database at once, as if its holder had stopped renewing.
+pub async fn expire_lease_now(pg: &tokio_postgres::Client, partition: u32) {
+    pg.execute(
+        "UPDATE leases SET expires_at = now() - interval '1 millisecond' WHERE partition = $1",
+        &[&(partition as i32)],
+    )
+    .await
+    .unwrap();
+}
+
 /// Short timings so failover tests run in seconds, built through the command line so the
 /// validation a replica runs at start applies to tests too.
 pub fn fast_config(database_url: &str, replica_id: &str) -> AllocatorConfig {

@@ -15,6 +15,7 @@ mod failover;
 mod fast_path;
 mod fencing;
 mod hardening;
+mod lease_exclusivity;
 mod ledger_archive;
 mod ledger_archive_job;
 mod ledger_partitions;
