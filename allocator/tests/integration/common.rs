@@ -7,7 +7,9 @@ use allocator::app::Application;
 use allocator::config::{AllocatorConfig, Cli, Command};
 use allocator::fenced::StockDelta;
 use clap::Parser as _;
-use schema::wire::{AdjustmentRequest, PartitionMap};
+use reqwest::StatusCode;
+use schema::wire::{AdjustmentRequest, PartitionMap, Problem};
+use serde_json::json;
 use testkit::shared::fresh_database;
 use testkit::ApiClient;
 use tokio_util::sync::CancellationToken;
@@ -81,6 +83,89 @@ pub async fn expire_lease_now(pg: &tokio_postgres::Client, partition: u32) {
     )
     .await
     .unwrap();
+}
+
+/// The problem document of `response`, which must come as `application/problem+json`.
+pub async fn problem_of(response: reqwest::Response) -> Problem {
+    assert_eq!(
+        response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/problem+json"),
+        "errors are problem+json"
+    );
+    response.json().await.expect("problem body")
+}
+
+/// Send `request` and assert that it is refused with `status` and a problem document; `why`
+/// names the case in a failure.
+pub async fn refused(request: reqwest::RequestBuilder, status: StatusCode, why: &str) -> Problem {
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), status, "{why}");
+    problem_of(response).await
+}
+
+/// Reservation bodies that each break one rule of a reservation request, with the rule's name;
+/// everything else in them is valid for a stocked SKU `ok-sku`.
+pub fn invalid_reservation_bodies() -> Vec<(serde_json::Value, &'static str)> {
+    let long_id = "x".repeat(256);
+    let long_sku = "s".repeat(65);
+    vec![
+        (
+            json!({"reservation_id": "a", "sku": "bad sku!", "quantity": 1}),
+            "sku charset",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": long_sku, "quantity": 1}),
+            "sku length",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "", "quantity": 1}),
+            "empty sku",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 0}),
+            "zero quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": -3}),
+            "negative quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 10_000_000}),
+            "huge quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1.5}),
+            "fractional quantity",
+        ),
+        (
+            json!({"reservation_id": long_id, "sku": "ok-sku", "quantity": 1}),
+            "id length",
+        ),
+        (
+            json!({"reservation_id": "", "sku": "ok-sku", "quantity": 1}),
+            "empty id",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "quantiy": 2}),
+            "unknown field",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku"}),
+            "missing field",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 0}),
+            "ttl too small",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 999999}),
+            "ttl too large",
+        ),
+        (json!(["not", "an", "object"]), "wrong shape"),
+    ]
 }
 
 /// Short timings so failover tests run in seconds, built through the command line so the
