@@ -3,8 +3,10 @@
 //! [`Application::build`] binds the listener (port 0 in tests; [`Application::port`] tells which
 //! port was bound), creates the database pool, the upstream HTTP client and the assignment cache
 //! *outside* actix's per-worker factory so all workers share them, loads the map once
-//! (`startup`), and spawns the background tasks: the periodic poll, the Redis hint subscription and metrics
-//! upkeep. Each of these startup steps is a function of its own, run by `build` in that order.
+//! (`startup`), and spawns the background tasks: the periodic poll, the Redis hint subscription
+//! and metrics upkeep. Each startup step is a function of its own, and `build` runs them in a
+//! fixed order: credentials, storage (and the first map read), the forwarder, the background
+//! tasks, then the listener and the HTTP server.
 //!
 //! **Shutdown.** One [`CancellationToken`] is the only shutdown signal. Cancelling it (SIGTERM or
 //! Ctrl-C in `main`, or a test calling [`Application::shutdown_token`]) stops the HTTP server
