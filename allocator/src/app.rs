@@ -1,29 +1,26 @@
 //! Wiring of one allocator replica: pools, ownership, lease manager, workers, HTTP server, the
 //! metrics upkeep timer, and one shutdown signal that every task watches.
+//!
+//! [`Application::build`] runs the startup steps of `startup` in a fixed order, each a function
+//! of its own: what can refuse the start is checked before anything connects, storage is
+//! connected before any task starts, the lease manager starts before the singleton jobs, and
+//! HTTP is served last.
 
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::{web, HttpServer};
+use actix_web::web;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, AppState};
+use crate::api::AppState;
 use crate::clock::SystemClock;
-use crate::commit::{CommitSettings, Committer};
 use crate::config::AllocatorConfig;
-use crate::events::{self, RelaySettings};
-use crate::hint_publisher::HintPublisher;
-use crate::lease::state::LeaseTiming;
-use crate::replica::manager::{LeaseManager, ManagerSettings};
 use crate::replica::ownership::Ownership;
-use crate::retention::{Retention, RetentionSettings};
-use crate::sessions::{build_fenced_pool, PoolSettings};
-use crate::settlement::{Settlement, SettlementSettings};
-use crate::singleton::{self, JobSettings};
-use crate::worker::WorkerContext;
-use storage::StorageFence;
+
+mod startup;
+
+use startup::{serve_http, start_jobs, start_lease_manager, start_upkeep, Front, Storage};
 
 pub struct Application {
     port: u16,
@@ -45,70 +42,8 @@ impl Application {
     /// (`allocator migrate`). An invalid configuration is refused before anything starts.
     pub async fn build(config: AllocatorConfig) -> anyhow::Result<Self> {
         config.validate()?;
-        // Before anything starts: an unreadable auth file refuses the start, naming file:line.
-        crate::metrics::install();
-        let access = Arc::new(
-            access::Gate::new(
-                access::Role::Allocator,
-                config.access.clone(),
-                crate::metrics::ACCESS_METRICS,
-            )
-            .map_err(|e| anyhow::anyhow!("{}: {e}", crate::config::ACCESS_FLAGS.auth_file))?,
-        );
-        // TLS material too: a certificate that does not parse refuses the start, naming its flag.
-        let tls = match config.tls.clone() {
-            Some(settings) => Some(Arc::new(access::tls::ServerTls::load(settings)?)),
-            None => None,
-        };
-        let timing = LeaseTiming::new(config.lease_ttl, config.lease_margin, config.renew_interval)
-            .map_err(anyhow::Error::msg)?;
-        let listener = TcpListener::bind(config.listen)?;
-        listener.set_nonblocking(true)?;
-        let port = listener.local_addr()?.port();
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let advertise_url = config
-            .advertise_url
-            .clone()
-            .unwrap_or_else(|| format!("{scheme}://{}:{port}", config.listen.ip()));
-
-        let pool_settings = PoolSettings {
-            size: config.pool_size.get(),
-            wait: config.pool_wait,
-            statement_timeout: config.statement_timeout,
-            idle_in_transaction_timeout: config.idle_in_transaction_timeout,
-            lock_timeout: config.lock_timeout,
-            connect_timeout: crate::sessions::CONNECT_TIMEOUT,
-            application_name: format!("allocator:{}", config.replica_id),
-        };
-        // Before any pool connects: read every configured host, so that the first connection
-        // already knows the newest primary (DESIGN.md §13).
-        let fence: std::sync::Arc<StorageFence> =
-            crate::sessions::fence(&config.database_url, &pool_settings.application_name)?;
-        fence.probe_all().await;
-        let pool = build_fenced_pool(&fence, &pool_settings)?;
-        // Lease statements must never wait long for a lock held by a paused peer's transaction:
-        // a short lock timeout turns that wait into a failed (retried) campaign step.
-        let lease_pool = build_fenced_pool(
-            &fence,
-            &PoolSettings {
-                size: 4,
-                wait: timing.renew_interval / 2,
-                lock_timeout: timing.renew_interval / 2,
-                connect_timeout: crate::sessions::CONNECT_TIMEOUT,
-                application_name: format!("allocator:{}:leases", config.replica_id),
-                ..pool_settings.clone()
-            },
-        )?;
-        let partition_count = {
-            let client = pool.get().await?;
-            crate::negative_control::install(&client).await?;
-            // Ledger partitions ahead of the clock before the first write (the retention job
-            // keeps them ahead from then on); a failure here is retried on its first tick.
-            if let Err(error) = crate::retention::partitions::upkeep(&**client).await {
-                tracing::warn!(error = %crate::error::describe(&error), "ledger partition upkeep failed");
-            }
-            schema::partition_count(&client).await?
-        };
+        let front = Front::prepare(&config)?;
+        let storage = Storage::connect(&config, front.timing).await?;
 
         // Before any task starts: values set while no recorder is installed are dropped, and
         // gauges that are set once at start (the settlement window, a replica's job leader = 0)
@@ -116,172 +51,45 @@ impl Application {
         let metrics = crate::metrics::install();
         let shutdown = CancellationToken::new();
         let ownership = Arc::new(Ownership::new(
-            partition_count,
+            storage.partition_count,
             Arc::new(SystemClock),
-            timing,
+            front.timing,
         ));
-        let (committer, _lanes) = Committer::spawn(
-            pool.clone(),
-            CommitSettings {
-                lanes: config.commit_lanes,
-                min_lanes: config.min_commit_lanes,
-                max_partitions: config.group_max_partitions.get(),
-                max_commands: config.batch_max.get().saturating_mul(4),
-                pool_wait: config.pool_wait,
-                set_based_reserves: config.set_based_reserves,
-            },
-        );
-        let workers = Arc::new(WorkerContext {
-            committer,
-            replica_id: config.replica_id.clone(),
-            batch_max: config.batch_max.get(),
-            queue_capacity: config.queue_capacity.get(),
-            expiry_interval: config.expiry_interval,
-            expiry_batch: config.expiry_batch.get() as i64,
-        });
-        let (hints, hint_task) = match &config.redis_url {
-            Some(url) => {
-                let (publisher, task) = HintPublisher::spawn(url, shutdown.clone())?;
-                (publisher, Some(task))
-            }
-            None => (HintPublisher::disabled(), None),
-        };
-        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
-        let manager = LeaseManager::new(
-            ManagerSettings {
-                replica_id: config.replica_id.clone(),
-                advertise_url: advertise_url.clone(),
-                campaign_interval: config.campaign_interval,
-                handoff_listen: config.handoff_listen,
-            },
-            config.database_url.clone(),
-            lease_pool,
-            ownership.clone(),
-            workers,
-            hints,
-            ready_tx,
-        );
-        let manager_task = manager.start(shutdown.clone());
-        // Each job has a pool of its own: it never takes a connection a request or a renewal
-        // waits for.
-        // The change-event relay runs beside settlement under its lease (DESIGN.md §14). Its lag
-        // is exported by every replica (0 unless it runs the relay), so the lag alert always has
-        // a series to read.
-        metrics::gauge!(crate::metrics::EVENTS_LAG_ENTRIES).set(0.0);
-        metrics::gauge!(crate::metrics::EVENTS_LAG_SECONDS).set(0.0);
-        let relay =
-            config
-                .events
-                .as_ref()
-                .zip(config.redis_url.as_ref())
-                .map(|(events, redis_url)| RelaySettings {
-                    redis_url: redis_url.clone(),
-                    batch: events.batch.get(),
-                    max_len: events.max_len.get(),
-                    interval: events.interval,
-                });
-        let job_pool = |job: &str, size: usize| {
-            build_fenced_pool(
-                &fence,
-                &PoolSettings {
-                    size,
-                    wait: timing.renew_interval / 2,
-                    lock_timeout: timing.renew_interval / 2,
-                    connect_timeout: crate::sessions::CONNECT_TIMEOUT,
-                    application_name: format!("allocator:{}:{job}", config.replica_id),
-                    ..pool_settings.clone()
-                },
-            )
-        };
-        let job_settings = |poll_interval| JobSettings {
-            holder_id: config.replica_id.clone(),
-            poll_interval,
-            campaign_interval: config.campaign_interval,
-            timing,
-        };
-        // The relay takes a third connection of the settlement job's pool.
-        let settlement_pool = job_pool("settlement", if relay.is_some() { 3 } else { 2 })?;
-        let companion = relay.map(|relay| -> singleton::Companion {
-            Box::new(
-                move |term, pool, stop| match events::spawn(relay, pool, term, stop) {
-                    Ok(task) => Some(task),
-                    Err(error) => {
-                        tracing::error!(%error, "event relay not started");
-                        None
-                    }
-                },
-            )
-        });
-        let settlement_task = singleton::spawn_with(
-            Settlement::new(SettlementSettings {
-                holder_id: config.replica_id.clone(),
-                window: config.settlement_window,
-                grace: config.settlement_grace,
-            }),
-            job_settings(config.settlement_window.min(Duration::from_secs(1))),
-            settlement_pool,
-            Arc::new(SystemClock),
-            companion,
-            shutdown.clone(),
-        );
-        let retention = RetentionSettings {
-            holder_id: config.replica_id.clone(),
-            horizon: config.idempotency_horizon,
-            batch: config.retention_batch.get(),
-            archive: config.ledger_archive_dir.clone().map(|dir| {
-                crate::retention::archive::ArchiveSettings {
-                    dir,
-                    horizon: config.idempotency_horizon,
-                    require_relay: config.events.is_some(),
-                }
-            }),
-        };
-        let retention_poll = retention.poll_interval();
-        let retention_task = singleton::spawn(
-            Retention::new(retention),
-            job_settings(retention_poll),
-            job_pool("retention", 2)?,
-            Arc::new(SystemClock),
-            shutdown.clone(),
-        );
-
-        let fence_task = fence.spawn_prober(shutdown.clone().cancelled_owned());
-        let reloadable: Vec<Arc<dyn access::tls::Reload>> = tls
-            .iter()
-            .map(|tls| tls.clone() as Arc<dyn access::tls::Reload>)
-            .collect();
-        let reload_task =
-            access::spawn_sighup_reloader(access.clone(), None, reloadable, shutdown.clone())?;
-        let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
-            metrics.clone(),
-            shutdown.clone(),
-        ));
+        let replica = start_lease_manager(
+            &config,
+            &storage,
+            &front.advertise_url,
+            &ownership,
+            &shutdown,
+        )?;
+        let jobs = start_jobs(&config, &storage, front.timing, &shutdown)?;
+        let upkeep = start_upkeep(&storage.fence, &front, &metrics, &shutdown)?;
         let state = web::Data::new(AppState {
-            pool,
+            pool: storage.pool,
             ownership: ownership.clone(),
-            partition_count,
+            partition_count: storage.partition_count,
             request_timeout: config.request_timeout,
             metrics,
-            ready: ready_rx,
+            ready: replica.ready,
             shutdown: shutdown.clone(),
-            access,
+            access: front.access,
         });
-        let server = HttpServer::new(move || api::app(state.clone()))
-            .workers(config.http_workers.get())
-            .disable_signals()
-            .shutdown_timeout(5);
-        let server = match &tls {
-            Some(tls) => server.listen_rustls_0_23(listener, tls.server_config()?)?,
-            None => server.listen(listener)?,
-        }
-        .run();
+        let Front {
+            tls,
+            timing,
+            listener,
+            port,
+            advertise_url,
+            ..
+        } = front;
+        let server = serve_http(&config, listener, tls.as_deref(), state)?;
         tracing::info!(
             replica_id = %config.replica_id,
             port,
             advertise_url = %advertise_url,
             tls = tls.is_some(),
             client_certificates = tls.as_ref().is_some_and(|t| t.requires_client_certificates()),
-            partition_count,
+            partition_count = storage.partition_count,
             lease_ttl_ms = timing.ttl.as_millis() as u64,
             "allocator replica started"
         );
@@ -290,13 +98,13 @@ impl Application {
             advertise_url,
             server,
             shutdown,
-            manager_task,
-            settlement_task,
-            retention_task,
-            hint_task,
-            metrics_task,
-            reload_task,
-            fence_task,
+            manager_task: replica.manager_task,
+            settlement_task: jobs.settlement_task,
+            retention_task: jobs.retention_task,
+            hint_task: replica.hint_task,
+            metrics_task: upkeep.metrics_task,
+            reload_task: upkeep.reload_task,
+            fence_task: upkeep.fence_task,
             ownership,
         })
     }

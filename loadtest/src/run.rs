@@ -135,27 +135,12 @@ async fn snapshot(p: &RunParams) -> anyhow::Result<Option<InventoryReads>> {
 }
 
 pub async fn run(p: RunParams) -> anyhow::Result<Report> {
-    let cc = p.check_concurrency;
     // Relative accounting: the SKUs may carry holds from earlier runs.
     let before = snapshot(&p).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let completed = Arc::new(AtomicU64::new(0));
-    // Ctrl-C: stop starting iterations, finish the report. A second one exits at once.
-    let interrupt = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!(
-                    "loadtest: interrupted; finishing in-flight iterations (ctrl-c again to abort)"
-                );
-                stop.store(true, Ordering::Relaxed);
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    std::process::exit(130);
-                }
-            }
-        })
-    };
+    let interrupt = stop_on_ctrl_c(stop.clone());
     let meter = CpuMeter::start(&p.cpu_watches)?;
     let started = Instant::now();
     let timeline = Timeline::shared(started);
@@ -169,7 +154,62 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
         lines_every: p.progress,
     });
 
-    let mut stats = match p.config.rate {
+    let mut stats = load(&p, &stop, &completed, &timeline).await?;
+    let elapsed = started.elapsed();
+    let operations = stats.ops.values().map(|op| op.operations()).sum();
+    let cpu = meter.finish(operations, Some("loadtest"), None);
+    progress.finish();
+    let series = timeline.lock().expect("timeline lock").report(elapsed);
+    let elapsed = elapsed.as_secs_f64();
+
+    let mut inv = InvariantReport {
+        snapshot_before: before.is_some(),
+        ..Default::default()
+    };
+    let may_expire =
+        f64::from(p.config.ttl_seconds) <= elapsed + p.settle.as_secs_f64() + EXPIRY_MARGIN_SECS;
+    let unknown_skus = resolve_pending(&p, &mut stats, &mut inv, may_expire).await;
+    let (after, unstable) = read_back_holds(&p, &mut stats, &mut inv, may_expire).await;
+    check_invariants(
+        &p.config.prefix,
+        before.as_ref(),
+        &after,
+        &stats,
+        |k| !unknown_skus.contains(k) && !unstable.contains(k),
+        &mut inv,
+    );
+
+    interrupt.abort();
+    let mut report = Report::build(p.config, elapsed, &stats, inv, series);
+    report.cpu = Some(cpu);
+    Ok(report)
+}
+
+/// Ctrl-C: stop starting iterations, finish the report. A second one exits at once. The run
+/// aborts the returned task once its report is complete.
+fn stop_on_ctrl_c(stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "loadtest: interrupted; finishing in-flight iterations (ctrl-c again to abort)"
+            );
+            stop.store(true, Ordering::Relaxed);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    })
+}
+
+/// The load itself: the open loop at `--rate` when one is given, otherwise `--concurrency`
+/// closed-loop workers; returns every worker's statistics merged.
+async fn load(
+    p: &RunParams,
+    stop: &Arc<AtomicBool>,
+    completed: &Arc<AtomicU64>,
+    timeline: &SharedTimeline,
+) -> anyhow::Result<WorkerStats> {
+    Ok(match p.config.rate {
         Some(rate) => {
             run_open_loop(OpenLoop {
                 api: p.api.clone(),
@@ -202,30 +242,27 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
             }
             stats
         }
-    };
-    let elapsed = started.elapsed();
-    let operations = stats.ops.values().map(|op| op.operations()).sum();
-    let cpu = meter.finish(operations, Some("loadtest"), None);
-    progress.finish();
-    let series = timeline.lock().expect("timeline lock").report(elapsed);
-    let elapsed = elapsed.as_secs_f64();
+    })
+}
 
-    let mut inv = InvariantReport {
-        snapshot_before: before.is_some(),
-        ..Default::default()
-    };
-    // Unknown outcomes: let queued work finish, then ask.
+/// Unknown outcomes: let queued work finish (also when holds may expire), then ask for each
+/// one's status and account it. Returns the SKUs with an outcome that stayed unknown: their
+/// accounting cannot be checked.
+async fn resolve_pending(
+    p: &RunParams,
+    stats: &mut WorkerStats,
+    inv: &mut InvariantReport,
+    may_expire: bool,
+) -> BTreeSet<usize> {
     let pending = std::mem::take(&mut stats.pending);
     let mut unknown_skus = BTreeSet::new();
-    let may_expire =
-        f64::from(p.config.ttl_seconds) <= elapsed + p.settle.as_secs_f64() + EXPIRY_MARGIN_SECS;
     if !pending.is_empty() || may_expire {
         tokio::time::sleep(p.settle).await;
     }
     inv.pending = pending.len();
     for (t, answer) in pending
         .iter()
-        .zip(read_statuses(&p.api, &pending, cc).await)
+        .zip(read_statuses(&p.api, &pending, p.check_concurrency).await)
     {
         match answer {
             Ok(Some(status)) => {
@@ -245,9 +282,19 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
             }
         }
     }
+    unknown_skus
+}
 
-    // Holds that may have expired: read them back before and after the inventory reads until
-    // no hold of a SKU changes across its read (a hold never returns to held).
+/// Holds that may have expired: read them back before and after the inventory reads until
+/// no hold of a SKU changes across its read (a hold never returns to held). Returns the
+/// inventory reads after the run and the SKUs whose holds were still changing at the last round.
+async fn read_back_holds(
+    p: &RunParams,
+    stats: &mut WorkerStats,
+    inv: &mut InvariantReport,
+    may_expire: bool,
+) -> (InventoryReads, BTreeSet<usize>) {
+    let cc = p.check_concurrency;
     let mut held = std::mem::take(&mut stats.held);
     if may_expire {
         inv.holds_read_back = held.len();
@@ -278,9 +325,21 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
         after.extend(again.await);
     }
     inv.unstable_skus = unstable.len();
+    (after, unstable)
+}
 
+/// Check every SKU read after the run against its reading before and the run's tally (the
+/// accounting only where `known` says the tally is complete), and decide the run's verdict.
+fn check_invariants(
+    prefix: &str,
+    before: Option<&InventoryReads>,
+    after: &InventoryReads,
+    stats: &WorkerStats,
+    known: impl Fn(&usize) -> bool,
+    inv: &mut InvariantReport,
+) {
     let mut checks = Vec::new();
-    for (k, read) in &after {
+    for (k, read) in after {
         let after_counts = match read {
             Ok(row) => row.as_ref().map(Counts::from),
             Err(e) => {
@@ -289,14 +348,12 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
             }
         };
         let before_counts = before
-            .as_ref()
             .and_then(|b| b.get(k))
             .and_then(|r| r.as_ref().ok())
             .and_then(|row| row.as_ref().map(Counts::from));
         let tally = stats.tallies.get(k).copied().unwrap_or_default();
-        let known = !unknown_skus.contains(k) && !unstable.contains(k);
-        let sku = sku_name(&p.config.prefix, *k);
-        let check = check_sku(&sku, tally, before_counts, after_counts, known);
+        let sku = sku_name(prefix, *k);
+        let check = check_sku(&sku, tally, before_counts, after_counts, known(k));
         inv.skus_checked += 1;
         inv.accounting_checked += usize::from(check.accounting_checked);
         inv.violations += check.violations.len();
@@ -304,9 +361,4 @@ pub async fn run(p: RunParams) -> anyhow::Result<Report> {
     }
     inv.ok = inv.violations == 0 && inv.errors.is_empty();
     inv.skus = shown_skus(checks, 5);
-
-    interrupt.abort();
-    let mut report = Report::build(p.config, elapsed, &stats, inv, series);
-    report.cpu = Some(cpu);
-    Ok(report)
 }

@@ -83,30 +83,15 @@ fn show(out: &std::process::Output) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closed_and_open_loop_keep_the_invariants() {
-    let allocator_bin = cargo_bin("allocator");
-    assert!(
-        allocator_bin.is_file(),
-        "{} is missing: run `cargo build -p allocator` first",
-        allocator_bin.display()
-    );
-    let db_url = fresh_database("loadtest_smoke").await.expect("database");
-    let migrate = Command::new(&allocator_bin)
-        .args(["migrate", "--database-url", &db_url, "--partitions"])
-        .arg(PARTITIONS.to_string())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run allocator migrate");
-    assert!(migrate.status.success(), "migrate: {}", show(&migrate));
-
-    let dir = tempfile::tempdir().expect("temp dir");
+/// One `allocator serve` replica on a free port with quick campaigns and expiry, logging to
+/// `log`; it is stopped when the returned process is dropped.
+fn spawn_allocator(allocator_bin: &Path, db_url: &str, log: &Path) -> ChildProcess {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let args: Vec<String> = [
         "serve",
         "--database-url",
-        &db_url,
+        db_url,
         "--listen",
         &format!("127.0.0.1:{port}"),
         "--replica-id",
@@ -125,19 +110,12 @@ async fn closed_and_open_loop_keep_the_invariants() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let log = dir.path().join("allocator.log");
-    let _allocator = ChildProcess::spawn(&allocator_bin, args, &[], &log).expect("spawn allocator");
+    ChildProcess::spawn(allocator_bin, args, &[], log).expect("spawn allocator")
+}
 
-    let mut config = RouterConfig::new(db_url.clone());
-    config.listen = "127.0.0.1:0".to_owned();
-    config.workers = Some(1);
-    config.poll_interval = Duration::from_millis(200);
-    let app = Application::build(config).await.expect("build router");
-    let router_url = format!("http://127.0.0.1:{}", app.port());
-    let shutdown = app.shutdown_token();
-    let router_task = tokio::spawn(app.run_until_stopped());
-
-    // Every partition owned, as the router sees it.
+/// Wait until the router at `router_url` shows every partition owned; `log` is the allocator's,
+/// named when it never happens.
+async fn wait_until_every_partition_is_owned(router_url: &str, log: &Path) {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -159,6 +137,39 @@ async fn closed_and_open_loop_keep_the_invariants() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_and_open_loop_keep_the_invariants() {
+    let allocator_bin = cargo_bin("allocator");
+    assert!(
+        allocator_bin.is_file(),
+        "{} is missing: run `cargo build -p allocator` first",
+        allocator_bin.display()
+    );
+    let db_url = fresh_database("loadtest_smoke").await.expect("database");
+    let migrate = Command::new(&allocator_bin)
+        .args(["migrate", "--database-url", &db_url, "--partitions"])
+        .arg(PARTITIONS.to_string())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run allocator migrate");
+    assert!(migrate.status.success(), "migrate: {}", show(&migrate));
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("allocator.log");
+    let _allocator = spawn_allocator(&allocator_bin, &db_url, &log);
+
+    let mut config = RouterConfig::new(db_url.clone());
+    config.listen = "127.0.0.1:0".to_owned();
+    config.workers = Some(1);
+    config.poll_interval = Duration::from_millis(200);
+    let app = Application::build(config).await.expect("build router");
+    let router_url = format!("http://127.0.0.1:{}", app.port());
+    let shutdown = app.shutdown_token();
+    let router_task = tokio::spawn(app.run_until_stopped());
+
+    wait_until_every_partition_is_owned(&router_url, &log).await;
 
     let seed = loadtest("seed", &router_url, &["--stock", "100000"]);
     assert!(seed.status.success(), "seed: {}", show(&seed));

@@ -17,7 +17,7 @@ mod tokens;
 mod window_change;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -117,8 +117,9 @@ async fn wait_for_settlement(client: &tokio_postgres::Client, limit: Duration) {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<()> {
+/// JSON logs on stderr (stdout carries the run's own lines), `info` unless `RUST_LOG` says
+/// otherwise.
+fn init_tracing() {
     tracing_subscriber::fmt()
         .json()
         .with_writer(std::io::stderr)
@@ -127,27 +128,60 @@ async fn main() -> Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+}
+
+/// `--dump-database URL --out DIR`: only write the dump of an existing database (and an empty
+/// history) into `out`, for the checker to read without a run.
+async fn dump_only(url: &str, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    tokio::spawn(connection);
+    dump::write(&client, &out.join("dump.json"), None).await?;
+    std::fs::write(out.join("history.jsonl"), "")?;
+    println!("dumped the database into {}", out.display());
+    Ok(())
+}
+
+/// The fault kinds named by `--faults`, or every kind when none is named.
+fn parse_fault_kinds(names: &[String]) -> Result<Vec<Fault>> {
+    if names.is_empty() {
+        return Ok(Fault::ALL.to_vec());
+    }
+    names
+        .iter()
+        .map(|s| s.parse::<Fault>())
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)
+}
+
+/// The run's output directory (`--out`, or a new one under the temporary directory named by
+/// the seed and the time), created and announced.
+fn output_dir(out: Option<PathBuf>, seed: u64) -> Result<PathBuf> {
+    let out = match out {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!(
+            "chaos-seed{}-{}",
+            seed,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs()
+        )),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    println!("output directory: {}", out.display());
+    Ok(out)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    init_tracing();
     let args = Args::parse();
     if let (Some(url), Some(out)) = (&args.dump_database, &args.out) {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .with_context(|| format!("connecting to {url}"))?;
-        tokio::spawn(connection);
-        dump::write(&client, &out.join("dump.json"), None).await?;
-        std::fs::write(out.join("history.jsonl"), "")?;
-        println!("dumped the database into {}", out.display());
-        return Ok(());
+        return dump_only(url, out).await;
     }
-    let mut kinds: Vec<Fault> = if args.faults.is_empty() {
-        Fault::ALL.to_vec()
-    } else {
-        args.faults
-            .iter()
-            .map(|s| s.parse::<Fault>())
-            .collect::<Result<_, _>>()
-            .map_err(anyhow::Error::msg)?
-    };
+    let mut kinds = parse_fault_kinds(&args.faults)?;
     let libfaketime = libfaketime();
     if libfaketime.is_none() && kinds.contains(&Fault::ClockSkew) {
         tracing::warn!(
@@ -157,18 +191,7 @@ async fn main() -> Result<()> {
     }
     anyhow::ensure!(!kinds.is_empty(), "no fault kinds to draw from");
 
-    let out = match args.out {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!(
-            "chaos-seed{}-{}",
-            args.seed,
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_secs()
-        )),
-    };
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    println!("output directory: {}", out.display());
+    let out = output_dir(args.out, args.seed)?;
 
     let tokens = tokens::write_auth_file(&out.join("routers.auth"))?;
     let spec = ClusterSpec {

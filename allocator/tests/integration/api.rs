@@ -6,7 +6,7 @@ use crate::common::*;
 use allocator::fenced::StockDelta;
 use reqwest::StatusCode;
 use schema::wire::{
-    problem_type, AdjustmentRequest, Problem, Reservation, ReservationStatus, ReserveRequest,
+    problem_type, AdjustmentRequest, Reservation, ReservationStatus, ReserveRequest,
 };
 use serde_json::json;
 use testkit::{Answer, ApiClient};
@@ -16,18 +16,6 @@ async fn single_replica() -> (TestReplica, String) {
     let replica = TestReplica::start(fast_config(&db, "solo")).await;
     wait_owns_all(&replica).await;
     (replica, db)
-}
-
-async fn problem(response: reqwest::Response) -> Problem {
-    assert_eq!(
-        response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok()),
-        Some("application/problem+json"),
-        "errors are problem+json"
-    );
-    response.json().await.expect("problem body")
 }
 
 async fn reserve(api: &ApiClient, id: &str, sku: &str, quantity: i64) -> Answer<Reservation> {
@@ -160,72 +148,9 @@ async fn invalid_input_is_a_problem_never_a_500() {
     let base = &replica.url;
     let api = &replica.api;
     restock(base, "ok-sku", 5).await;
-    let long_id = "x".repeat(256);
-    let long_sku = "s".repeat(65);
-    let cases: Vec<(serde_json::Value, &str)> = vec![
-        (
-            json!({"reservation_id": "a", "sku": "bad sku!", "quantity": 1}),
-            "sku charset",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": long_sku, "quantity": 1}),
-            "sku length",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "", "quantity": 1}),
-            "empty sku",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 0}),
-            "zero quantity",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": -3}),
-            "negative quantity",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 10_000_000}),
-            "huge quantity",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1.5}),
-            "fractional quantity",
-        ),
-        (
-            json!({"reservation_id": long_id, "sku": "ok-sku", "quantity": 1}),
-            "id length",
-        ),
-        (
-            json!({"reservation_id": "", "sku": "ok-sku", "quantity": 1}),
-            "empty id",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "quantiy": 2}),
-            "unknown field",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "ok-sku"}),
-            "missing field",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 0}),
-            "ttl too small",
-        ),
-        (
-            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 999999}),
-            "ttl too large",
-        ),
-        (json!(["not", "an", "object"]), "wrong shape"),
-    ];
-    for (body, why) in cases {
-        let response = http()
-            .post(format!("{base}/v1/reservations"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{why}");
-        let p = problem(response).await;
+    for (body, why) in invalid_reservation_bodies() {
+        let request = http().post(format!("{base}/v1/reservations")).json(&body);
+        let p = refused(request, StatusCode::BAD_REQUEST, why).await;
         assert_eq!(p.kind, problem_type::INVALID_REQUEST, "{why}");
         assert_eq!(p.status, 400, "{why}");
     }
@@ -237,19 +162,14 @@ async fn invalid_input_is_a_problem_never_a_500() {
         .send()
         .await
         .unwrap();
-    let p = problem(response).await;
+    let p = problem_of(response).await;
     assert_eq!(
         p.detail.as_deref(),
         Some("quantity must be between 1 and 1000000")
     );
     assert_eq!(p.title, "Invalid request");
-    let response = http()
-        .get(format!("{base}/v1/inventory/bad%20sku"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let p = problem(response).await;
+    let request = http().get(format!("{base}/v1/inventory/bad%20sku"));
+    let p = refused(request, StatusCode::BAD_REQUEST, "a path segment").await;
     assert_eq!(
         p.detail.as_deref(),
         Some("sku may contain only A-Z a-z 0-9 . _ : -")
@@ -258,12 +178,8 @@ async fn invalid_input_is_a_problem_never_a_500() {
     let malformed = http()
         .post(format!("{base}/v1/reservations"))
         .header("content-type", "application/json")
-        .body("{\"reservation_id\": \"a\", ")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
-    problem(malformed).await;
+        .body("{\"reservation_id\": \"a\", ");
+    refused(malformed, StatusCode::BAD_REQUEST, "malformed json").await;
 
     let oversized = http()
         .post(format!("{base}/v1/reservations"))
@@ -271,12 +187,8 @@ async fn invalid_input_is_a_problem_never_a_500() {
         .body(format!(
             "{{\"reservation_id\": \"{}\"}}",
             "y".repeat(70_000)
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(oversized.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    problem(oversized).await;
+        ));
+    refused(oversized, StatusCode::PAYLOAD_TOO_LARGE, "oversized body").await;
 
     // A zero delta cannot be built as a `Delta`; send the raw body.
     let bad_adjust = api
@@ -290,40 +202,26 @@ async fn invalid_input_is_a_problem_never_a_500() {
     bad_adjust.problem();
 
     for path in ["/v1/inventory/bad%20sku", "/v1/reservations/%01ctl"] {
-        let response = http().get(format!("{base}{path}")).send().await.unwrap();
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
-        problem(response).await;
+        let request = http().get(format!("{base}{path}"));
+        refused(request, StatusCode::BAD_REQUEST, path).await;
     }
 
-    let unknown_route = http()
-        .get(format!("{base}/v2/nothing"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(unknown_route.status(), StatusCode::NOT_FOUND);
-    problem(unknown_route).await;
-    let wrong_method = http()
-        .delete(format!("{base}/v1/reservations"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
-    problem(wrong_method).await;
+    let unknown_route = http().get(format!("{base}/v2/nothing"));
+    refused(unknown_route, StatusCode::NOT_FOUND, "unknown route").await;
+    let wrong_method = http().delete(format!("{base}/v1/reservations"));
+    refused(wrong_method, StatusCode::METHOD_NOT_ALLOWED, "wrong method").await;
     // A routing header that is there but not an integer is refused, not ignored.
     for (header, value) in [("x-expected-epoch", ""), ("x-assignment-revision", "seven")] {
         let garbled = http()
             .post(format!("{base}/v1/reservations"))
             .json(&json!({"reservation_id": "garbled", "sku": "ok-sku", "quantity": 1}))
-            .header(header, value)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            garbled.status(),
+            .header(header, value);
+        refused(
+            garbled,
             StatusCode::BAD_REQUEST,
-            "{header}: {value:?}"
-        );
-        problem(garbled).await;
+            &format!("{header}: {value:?}"),
+        )
+        .await;
     }
 
     // Unknown things are 404s.

@@ -7,7 +7,9 @@ use allocator::app::Application;
 use allocator::config::{AllocatorConfig, Cli, Command};
 use allocator::fenced::StockDelta;
 use clap::Parser as _;
-use schema::wire::{AdjustmentRequest, PartitionMap};
+use reqwest::StatusCode;
+use schema::wire::{AdjustmentRequest, PartitionMap, Problem};
+use serde_json::json;
 use testkit::shared::fresh_database;
 use testkit::ApiClient;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +46,126 @@ pub async fn migrated_database_with_span(partitions: u32, span_secs: u64) -> Str
 
 pub async fn client(url: &str) -> tokio_postgres::Client {
     allocator::sessions::connect(url).await.expect("connect")
+}
+
+/// A small pool for tests that drive the fenced statements and the lease store directly. Its
+/// short lock timeout makes a statement that waits on another transaction's lock fail within
+/// the test instead of hanging it.
+pub fn fencing_pool(url: &str) -> deadpool_postgres::Pool {
+    allocator::sessions::build_pool(
+        url,
+        &allocator::sessions::PoolSettings {
+            size: 4,
+            wait: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(5),
+            idle_in_transaction_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_millis(300),
+            connect_timeout: allocator::sessions::CONNECT_TIMEOUT,
+            application_name: "fencing-test".into(),
+        },
+    )
+    .expect("pool")
+}
+
+/// A SKU that lands in `partition` of [`PARTITIONS`], distinct per `prefix`.
+pub fn sku_in(partition: u32, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|s| schema::partition::partition_for(s, PARTITIONS) == partition)
+        .unwrap()
+}
+
+/// Lapse `partition`'s lease in the database at once, as if its holder had stopped renewing.
+pub async fn expire_lease_now(pg: &tokio_postgres::Client, partition: u32) {
+    pg.execute(
+        "UPDATE leases SET expires_at = now() - interval '1 millisecond' WHERE partition = $1",
+        &[&(partition as i32)],
+    )
+    .await
+    .unwrap();
+}
+
+/// The problem document of `response`, which must come as `application/problem+json`.
+pub async fn problem_of(response: reqwest::Response) -> Problem {
+    assert_eq!(
+        response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/problem+json"),
+        "errors are problem+json"
+    );
+    response.json().await.expect("problem body")
+}
+
+/// Send `request` and assert that it is refused with `status` and a problem document; `why`
+/// names the case in a failure.
+pub async fn refused(request: reqwest::RequestBuilder, status: StatusCode, why: &str) -> Problem {
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), status, "{why}");
+    problem_of(response).await
+}
+
+/// Reservation bodies that each break one rule of a reservation request, with the rule's name;
+/// everything else in them is valid for a stocked SKU `ok-sku`.
+pub fn invalid_reservation_bodies() -> Vec<(serde_json::Value, &'static str)> {
+    let long_id = "x".repeat(256);
+    let long_sku = "s".repeat(65);
+    vec![
+        (
+            json!({"reservation_id": "a", "sku": "bad sku!", "quantity": 1}),
+            "sku charset",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": long_sku, "quantity": 1}),
+            "sku length",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "", "quantity": 1}),
+            "empty sku",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 0}),
+            "zero quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": -3}),
+            "negative quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 10_000_000}),
+            "huge quantity",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1.5}),
+            "fractional quantity",
+        ),
+        (
+            json!({"reservation_id": long_id, "sku": "ok-sku", "quantity": 1}),
+            "id length",
+        ),
+        (
+            json!({"reservation_id": "", "sku": "ok-sku", "quantity": 1}),
+            "empty id",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "quantiy": 2}),
+            "unknown field",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku"}),
+            "missing field",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 0}),
+            "ttl too small",
+        ),
+        (
+            json!({"reservation_id": "a", "sku": "ok-sku", "quantity": 1, "ttl_seconds": 999999}),
+            "ttl too large",
+        ),
+        (json!(["not", "an", "object"]), "wrong shape"),
+    ]
 }
 
 /// Short timings so failover tests run in seconds, built through the command line so the

@@ -8,14 +8,6 @@ use crate::common::*;
 use allocator::fenced::fast::reserve_group;
 use allocator::fenced::{fenced_transaction, Command, Fence, Outcome, PartitionBatch};
 use allocator::lease::{store, FenceToken};
-use schema::partition::partition_for;
-
-fn sku_in(partition: u32, prefix: &str) -> String {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .find(|s| partition_for(s, PARTITIONS) == partition)
-        .unwrap()
-}
 
 fn reserve(id: &str, sku: &str, quantity: i64) -> Command {
     Command::Reserve {

@@ -14,14 +14,6 @@ use schema::wire::{problem_type, Problem, Reservation, ReservationStatus, HEADER
 use serde_json::json;
 use testkit::ApiClient;
 
-/// A SKU that lands in `partition`, distinct per `tag`.
-fn sku_in(partition: u32, tag: &str) -> String {
-    (0..)
-        .map(|i| format!("{tag}-{i}"))
-        .find(|s| partition_for(s, PARTITIONS) == partition)
-        .unwrap()
-}
-
 async fn reserve_with(
     base: &str,
     body: serde_json::Value,

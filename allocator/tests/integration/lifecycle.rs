@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use allocator::faults::PANIC_PREFIX;
 use reqwest::StatusCode;
-use schema::partition::partition_for;
 use schema::wire::PartitionMap;
 use serde_json::json;
 use testkit::{free_port, resident_set_kib, ChildProcess};
@@ -96,13 +95,6 @@ fn held_by(map: &PartitionMap, owner: &str) -> Vec<(u32, i64)> {
         .filter(|p| p.owner_id.as_deref() == Some(owner))
         .map(|p| (p.partition, p.epoch))
         .collect()
-}
-
-fn sku_in(partition: u32, prefix: &str) -> String {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .find(|s| partition_for(s, PARTITIONS) == partition)
-        .unwrap()
 }
 
 async fn reserve(base: &str, id: &str, sku: &str) -> StatusCode {

@@ -16,6 +16,7 @@ mod fast_path;
 mod fencing;
 mod hardening;
 mod history;
+mod lease_exclusivity;
 mod ledger_archive;
 mod ledger_archive_job;
 mod ledger_partitions;

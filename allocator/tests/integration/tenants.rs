@@ -82,12 +82,23 @@ async fn a_namespaced_client_reaches_only_its_own_skus() {
     let dir = tempfile::tempdir().unwrap();
     let replica = replica(dir.path(), "tenants-ns").await;
     let base = replica.url.clone();
+    adjustments_stay_in_their_namespaces(&base).await;
+    reads_and_reservations_stay_in_their_namespaces(&base).await;
+    another_namespaces_reservations_do_not_exist(&base).await;
+    routed_namespaces_apply_and_cannot_be_loosened(&base).await;
+
+    let series = "allocator_client_requests_total{client=\"acme\",outcome=\"namespace_forbidden\"}";
+    assert!(metric(&base, series).await >= 2.0);
+    replica.stop().await;
+}
+
+/// Adjustments: an admin confined to its namespaces cannot touch another SKU; exact and prefix
+/// entries match as written.
+async fn adjustments_stay_in_their_namespaces(base: &str) {
     let inventory = |sku: &str| format!("{base}/v1/inventory/{sku}");
     let adjustments = |sku: &str| format!("{base}/v1/inventory/{sku}/adjustments");
-    let reservations = format!("{base}/v1/reservations");
     let forbidden = problem_type::NAMESPACE_FORBIDDEN;
 
-    // Adjustments: an admin confined to its namespaces cannot touch another SKU.
     for sku in ["acme:1", "other:1"] {
         let answer = send(
             Method::POST,
@@ -130,8 +141,14 @@ async fn a_namespaced_client_reaches_only_its_own_skus() {
         "nothing was applied: {}",
         other.body
     );
+}
 
-    // Reads and reservations.
+/// Reads and reservations of a SKU outside the client's namespaces are refused.
+async fn reads_and_reservations_stay_in_their_namespaces(base: &str) {
+    let inventory = |sku: &str| format!("{base}/v1/inventory/{sku}");
+    let reservations = format!("{base}/v1/reservations");
+    let forbidden = problem_type::NAMESPACE_FORBIDDEN;
+
     let read = send(Method::GET, &inventory("other:1"), ACME, &[], None).await;
     assert_problem(&read, StatusCode::FORBIDDEN, forbidden, "read outside");
     let read = send(Method::GET, &inventory("acme:1"), ACME, &[], None).await;
@@ -154,8 +171,12 @@ async fn a_namespaced_client_reaches_only_its_own_skus() {
     )
     .await;
     assert_eq!(held.status, StatusCode::CREATED, "{}", held.body);
+}
 
-    // Another client's reservation of another namespace does not exist for this one.
+/// Another client's reservation of another namespace is a 404 for this client, and unchanged.
+async fn another_namespaces_reservations_do_not_exist(base: &str) {
+    let reservations = format!("{base}/v1/reservations");
+
     let theirs = send(
         Method::POST,
         &reservations,
@@ -198,6 +219,13 @@ async fn a_namespaced_client_reaches_only_its_own_skus() {
     )
     .await;
     assert_eq!(own.status, StatusCode::OK, "{}", own.body);
+}
+
+/// A router's forwarded namespaces bind the request, and a direct caller cannot loosen its own.
+async fn routed_namespaces_apply_and_cannot_be_loosened(base: &str) {
+    let inventory = |sku: &str| format!("{base}/v1/inventory/{sku}");
+    let reservations = format!("{base}/v1/reservations");
+    let forbidden = problem_type::NAMESPACE_FORBIDDEN;
 
     // A router forwards its client's namespaces with the client's name; the replica applies
     // them to the body and to the stored reservation alike.
@@ -233,10 +261,6 @@ async fn a_namespaced_client_reaches_only_its_own_skus() {
     )
     .await;
     assert_eq!(loosened.status, StatusCode::FORBIDDEN);
-
-    let series = "allocator_client_requests_total{client=\"acme\",outcome=\"namespace_forbidden\"}";
-    assert!(metric(&base, series).await >= 2.0);
-    replica.stop().await;
 }
 
 #[tokio::test]

@@ -1,10 +1,9 @@
 //! The public API through a router in front of three real allocators: routing to the owner,
 //! pass-through of the allocator's answers, and the router's own input validation.
 
-use crate::common::{http, metric, owner_of, serial, Cluster};
+use crate::common::{http, invalid_request_bodies, metric, owner_of, serial, Cluster};
 use schema::partition::partition_for;
 use schema::wire::{problem_type, Problem, ReservationStatus, ReserveRequest};
-use serde_json::json;
 
 const PARTITIONS: u32 = 16;
 
@@ -156,77 +155,7 @@ async fn refuses_bad_input_with_problems_and_never_500() {
     let base = &router.url;
     let client = http();
 
-    let cases: Vec<(&str, String, reqwest::Body)> = vec![
-        ("malformed json", "/v1/reservations".into(), "{".into()),
-        (
-            "unknown field",
-            "/v1/reservations".into(),
-            r#"{"reservation_id":"a","sku":"s","quantity":1,"quantiy":2}"#.into(),
-        ),
-        (
-            "missing field",
-            "/v1/reservations".into(),
-            r#"{"reservation_id":"a","sku":"s"}"#.into(),
-        ),
-        (
-            "bad sku",
-            "/v1/reservations".into(),
-            r#"{"reservation_id":"a","sku":"no spaces","quantity":1}"#.into(),
-        ),
-        (
-            "zero quantity",
-            "/v1/reservations".into(),
-            r#"{"reservation_id":"a","sku":"s","quantity":0}"#.into(),
-        ),
-        (
-            "huge quantity",
-            "/v1/reservations".into(),
-            r#"{"reservation_id":"a","sku":"s","quantity":99999999999999999999}"#.into(),
-        ),
-        (
-            "ttl out of range",
-            "/v1/reservations".into(),
-            r#"{"reservation_id":"a","sku":"s","quantity":1,"ttl_seconds":0}"#.into(),
-        ),
-        (
-            "empty id",
-            "/v1/reservations".into(),
-            r#"{"reservation_id":"","sku":"s","quantity":1}"#.into(),
-        ),
-        (
-            "zero delta",
-            "/v1/inventory/s/adjustments".into(),
-            r#"{"adjustment_id":"a","delta":0}"#.into(),
-        ),
-        (
-            "bad sku in path",
-            "/v1/inventory/bad%20sku/adjustments".into(),
-            r#"{"adjustment_id":"a","delta":1}"#.into(),
-        ),
-        (
-            "order without lines",
-            "/v1/orders/o-1/reservations".into(),
-            r#"{"lines":[]}"#.into(),
-        ),
-        (
-            "order with unknown field",
-            "/v1/orders/o-1/reservations".into(),
-            r#"{"lines":[{"sku":"s","quantity":1}],"x":1}"#.into(),
-        ),
-        (
-            "order id too long",
-            format!("/v1/orders/{}/reservations", "o".repeat(201)),
-            r#"{"lines":[{"sku":"s","quantity":1}]}"#.into(),
-        ),
-        (
-            "too many lines",
-            "/v1/orders/o-1/reservations".into(),
-            serde_json::to_string(&json!({"lines": vec![json!({"sku":"s","quantity":1}); 101]}))
-                .unwrap()
-                .into(),
-        ),
-    ];
-    for (name, path, body) in cases {
+    for (name, path, body) in invalid_request_bodies() {
         let response = client
             .post(format!("{base}{path}"))
             .header("content-type", "application/json")

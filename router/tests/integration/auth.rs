@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use access::table::hash_hex;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use schema::wire::{problem_type, Problem};
 use serde_json::json;
 
@@ -57,6 +57,105 @@ fn client_series(prefix: &str, client: &str, outcome: &str) -> String {
     format!("{prefix}_client_requests_total{{client=\"{client}\",outcome=\"{outcome}\"}}")
 }
 
+/// At the router, a request without a token or with one it does not know is a 401 (the
+/// allocators' router token is not a client token), a reserve token may not restock, and an
+/// admin token may (through the router's credential, once the allocators are reachable).
+async fn refused_without_a_client_token_or_scope(base: &str) {
+    // No token, or a token the router does not know: 401 at the router.
+    let (status, headers, problem) = send(
+        Method::POST,
+        &format!("{base}/v1/reservations"),
+        None,
+        Some(json!({"reservation_id": "a-0", "sku": "auth-1", "quantity": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(headers.contains_key("www-authenticate"));
+    assert_eq!(problem.unwrap().kind, problem_type::UNAUTHENTICATED);
+    // The allocators' router token is not a client token at the router.
+    let (status, ..) = send(
+        Method::GET,
+        &format!("{base}/v1/inventory/auth-1"),
+        Some(ROUTER),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // A reserve token may not restock; an admin token may (through the router's credential).
+    let adjust_url = format!("{base}/v1/inventory/auth-1/adjustments");
+    let restock = json!({"adjustment_id": "auth-restock", "delta": 10});
+    let (status, _, problem) =
+        send(Method::POST, &adjust_url, Some(SHOP), Some(restock.clone())).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(problem.unwrap().kind, problem_type::FORBIDDEN);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, ..) = send(Method::POST, &adjust_url, Some(OPS), Some(restock.clone())).await;
+        if status.is_success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "restock kept failing: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A router whose credential the allocators refuse (a wrong one, or none) answers 503 with the
+/// outcome known, counts the failure, and never passes the allocator's 401 on as if the client's
+/// token were wrong; nothing it sent was applied.
+async fn a_refused_router_credential_answers_503_and_applies_nothing(
+    cluster: &Cluster,
+    router_auth: &Path,
+    token_file: &Path,
+    dir: &Path,
+) {
+    let wrong_token = dir.join("wrong-token");
+    std::fs::write(&wrong_token, "not-the-router-token").unwrap();
+    for credential in [Some(wrong_token.clone()), None] {
+        let refused = cluster
+            .router(|c| {
+                c.access.auth_file = Some(router_auth.to_path_buf());
+                c.upstream_token_file = credential.clone();
+            })
+            .await;
+        let failures_before = metric(&refused.url, "router_upstream_auth_failures_total").await;
+        let (status, _, problem) = send(
+            Method::POST,
+            &format!("{}/v1/reservations", refused.url),
+            Some(SHOP),
+            Some(json!({"reservation_id": "a-2", "sku": "auth-1", "quantity": 1})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{credential:?}");
+        let problem = problem.unwrap();
+        assert_eq!(problem.kind, problem_type::UPSTREAM_UNAVAILABLE);
+        assert_eq!(problem.outcome_unknown, Some(false));
+        assert!(
+            metric(&refused.url, "router_upstream_auth_failures_total").await > failures_before
+        );
+        refused.stop().await;
+    }
+    // Nothing was applied by the refused router.
+    let (status, ..) = {
+        let router = cluster
+            .router(|c| {
+                c.access.auth_file = Some(router_auth.to_path_buf());
+                c.upstream_token_file = Some(token_file.to_path_buf());
+            })
+            .await;
+        let answer = send(
+            Method::GET,
+            &format!("{}/v1/reservations/a-2", router.url),
+            Some(SHOP),
+            None,
+        )
+        .await;
+        router.stop().await;
+        answer
+    };
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_authenticate_at_the_router_which_names_them_to_allocators() {
     let _serial = serial().await;
@@ -96,45 +195,8 @@ async fn clients_authenticate_at_the_router_which_names_them_to_allocators() {
         })
         .await;
     let base = router.url.clone();
-    use reqwest::Method;
 
-    // No token, or a token the router does not know: 401 at the router.
-    let (status, headers, problem) = send(
-        Method::POST,
-        &format!("{base}/v1/reservations"),
-        None,
-        Some(json!({"reservation_id": "a-0", "sku": "auth-1", "quantity": 1})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert!(headers.contains_key("www-authenticate"));
-    assert_eq!(problem.unwrap().kind, problem_type::UNAUTHENTICATED);
-    // The allocators' router token is not a client token at the router.
-    let (status, ..) = send(
-        Method::GET,
-        &format!("{base}/v1/inventory/auth-1"),
-        Some(ROUTER),
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
-
-    // A reserve token may not restock; an admin token may (through the router's credential).
-    let adjust_url = format!("{base}/v1/inventory/auth-1/adjustments");
-    let restock = json!({"adjustment_id": "auth-restock", "delta": 10});
-    let (status, _, problem) =
-        send(Method::POST, &adjust_url, Some(SHOP), Some(restock.clone())).await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
-    assert_eq!(problem.unwrap().kind, problem_type::FORBIDDEN);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (status, ..) = send(Method::POST, &adjust_url, Some(OPS), Some(restock.clone())).await;
-        if status.is_success() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "restock kept failing: {status}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    refused_without_a_client_token_or_scope(&base).await;
 
     // The shop reserves through the router; allocators count it under its own name.
     let shop_ok = client_series("allocator", "shop", "ok");
@@ -190,53 +252,13 @@ async fn clients_authenticate_at_the_router_which_names_them_to_allocators() {
     assert!(metric(&base, &client_series("router", "(none)", "unauthenticated")).await >= 1.0);
     router.stop().await;
 
-    // A router whose credential the allocators refuse answers 503, nothing applied, and never
-    // passes the allocator's 401 on as if the client's token were wrong.
-    let wrong_token = dir.path().join("wrong-token");
-    std::fs::write(&wrong_token, "not-the-router-token").unwrap();
-    for credential in [Some(wrong_token.clone()), None] {
-        let refused = cluster
-            .router(|c| {
-                c.access.auth_file = Some(router_auth.clone());
-                c.upstream_token_file = credential.clone();
-            })
-            .await;
-        let failures_before = metric(&refused.url, "router_upstream_auth_failures_total").await;
-        let (status, _, problem) = send(
-            Method::POST,
-            &format!("{}/v1/reservations", refused.url),
-            Some(SHOP),
-            Some(json!({"reservation_id": "a-2", "sku": "auth-1", "quantity": 1})),
-        )
-        .await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{credential:?}");
-        let problem = problem.unwrap();
-        assert_eq!(problem.kind, problem_type::UPSTREAM_UNAVAILABLE);
-        assert_eq!(problem.outcome_unknown, Some(false));
-        assert!(
-            metric(&refused.url, "router_upstream_auth_failures_total").await > failures_before
-        );
-        refused.stop().await;
-    }
-    // Nothing was applied by the refused router.
-    let (status, ..) = {
-        let router = cluster
-            .router(|c| {
-                c.access.auth_file = Some(router_auth.clone());
-                c.upstream_token_file = Some(token_file.clone());
-            })
-            .await;
-        let answer = send(
-            Method::GET,
-            &format!("{}/v1/reservations/a-2", router.url),
-            Some(SHOP),
-            None,
-        )
-        .await;
-        router.stop().await;
-        answer
-    };
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    a_refused_router_credential_answers_503_and_applies_nothing(
+        &cluster,
+        &router_auth,
+        &token_file,
+        dir.path(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -326,3 +326,78 @@ pub async fn metric(base: &str, series: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// Request bodies (with their path) that each break one input rule of a route, with the rule's
+/// name: reservations, adjustments and orders, malformed JSON included.
+pub fn invalid_request_bodies() -> Vec<(&'static str, String, reqwest::Body)> {
+    vec![
+        ("malformed json", "/v1/reservations".into(), "{".into()),
+        (
+            "unknown field",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s","quantity":1,"quantiy":2}"#.into(),
+        ),
+        (
+            "missing field",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s"}"#.into(),
+        ),
+        (
+            "bad sku",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"no spaces","quantity":1}"#.into(),
+        ),
+        (
+            "zero quantity",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s","quantity":0}"#.into(),
+        ),
+        (
+            "huge quantity",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s","quantity":99999999999999999999}"#.into(),
+        ),
+        (
+            "ttl out of range",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"a","sku":"s","quantity":1,"ttl_seconds":0}"#.into(),
+        ),
+        (
+            "empty id",
+            "/v1/reservations".into(),
+            r#"{"reservation_id":"","sku":"s","quantity":1}"#.into(),
+        ),
+        (
+            "zero delta",
+            "/v1/inventory/s/adjustments".into(),
+            r#"{"adjustment_id":"a","delta":0}"#.into(),
+        ),
+        (
+            "bad sku in path",
+            "/v1/inventory/bad%20sku/adjustments".into(),
+            r#"{"adjustment_id":"a","delta":1}"#.into(),
+        ),
+        (
+            "order without lines",
+            "/v1/orders/o-1/reservations".into(),
+            r#"{"lines":[]}"#.into(),
+        ),
+        (
+            "order with unknown field",
+            "/v1/orders/o-1/reservations".into(),
+            r#"{"lines":[{"sku":"s","quantity":1}],"x":1}"#.into(),
+        ),
+        (
+            "order id too long",
+            format!("/v1/orders/{}/reservations", "o".repeat(201)),
+            r#"{"lines":[{"sku":"s","quantity":1}]}"#.into(),
+        ),
+        (
+            "too many lines",
+            "/v1/orders/o-1/reservations".into(),
+            serde_json::to_string(&serde_json::json!({"lines": vec![serde_json::json!({"sku":"s","quantity":1}); 101]}))
+                .unwrap()
+                .into(),
+        ),
+    ]
+}

@@ -71,6 +71,75 @@ async fn client_request(client: &reqwest::Client, base: &str, id: String, sku: S
     }
 }
 
+/// `workers` clients sending [`client_request`]s over `skus` through the router at `base` until
+/// `stop` is set; each task returns its clients' records.
+fn spawn_traffic(
+    workers: usize,
+    base: &str,
+    skus: Vec<String>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Record>>> {
+    let skus = Arc::new(skus);
+    (0..workers)
+        .map(|w| {
+            let stop = stop.clone();
+            let skus = skus.clone();
+            let base = base.to_owned();
+            tokio::spawn(async move {
+                let client = http();
+                let mut records = Vec::new();
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let sku = skus[(w * 7919 + n * 31) % skus.len()].clone();
+                    records
+                        .push(client_request(&client, &base, format!("kill-{w}-{n}"), sku).await);
+                    n += 1;
+                }
+                records
+            })
+        })
+        .collect()
+}
+
+/// The database has exactly one hold per request, and the stock moved exactly that much.
+async fn assert_one_hold_per_request(db: &tokio_postgres::Client, records: &[Record]) {
+    let rows = db
+        .query(
+            "SELECT reservation_id, status, quantity FROM reservations \
+             WHERE reservation_id LIKE 'kill-%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let in_db: HashMap<String, (String, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
+    assert_eq!(in_db.len(), records.len(), "one row per request");
+    for r in records {
+        let (status, quantity) = in_db.get(&r.id).expect("request has its row");
+        assert_eq!((status.as_str(), *quantity), ("held", 1), "{}", r.id);
+    }
+    let held: i64 = db
+        .query_one(
+            "SELECT coalesce(sum(held), 0)::bigint FROM inventory WHERE sku LIKE 'kill-%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, records.len() as i64, "one decrement per hold");
+    let unbalanced: i64 = db
+        .query_one(
+            "SELECT count(*) FROM inventory WHERE on_hand <> available + held + confirmed",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(unbalanced, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_an_owner_under_traffic_is_masked_without_duplicate_holds() {
     const WORKERS: usize = 8;
@@ -98,26 +167,7 @@ async fn sigkill_of_an_owner_under_traffic_is_masked_without_duplicate_holds() {
     )
     .await;
     let stop = Arc::new(AtomicBool::new(false));
-    let skus = Arc::new(skus);
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|w| {
-            let stop = stop.clone();
-            let skus = skus.clone();
-            let base = router.url.clone();
-            tokio::spawn(async move {
-                let client = http();
-                let mut records = Vec::new();
-                let mut n = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    let sku = skus[(w * 7919 + n * 31) % skus.len()].clone();
-                    records
-                        .push(client_request(&client, &base, format!("kill-{w}-{n}"), sku).await);
-                    n += 1;
-                }
-                records
-            })
-        })
-        .collect();
+    let workers = spawn_traffic(WORKERS, &router.url, skus, &stop);
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let killed_at = Instant::now();
@@ -150,43 +200,7 @@ async fn sigkill_of_an_owner_under_traffic_is_masked_without_duplicate_holds() {
             r.id
         );
     }
-    // The database has exactly one hold per request, and the stock moved exactly that much.
-    let db = cluster.db().await;
-    let rows = db
-        .query(
-            "SELECT reservation_id, status, quantity FROM reservations \
-             WHERE reservation_id LIKE 'kill-%'",
-            &[],
-        )
-        .await
-        .unwrap();
-    let in_db: HashMap<String, (String, i64)> = rows
-        .iter()
-        .map(|r| (r.get(0), (r.get(1), r.get(2))))
-        .collect();
-    assert_eq!(in_db.len(), records.len(), "one row per request");
-    for r in &records {
-        let (status, quantity) = in_db.get(&r.id).expect("request has its row");
-        assert_eq!((status.as_str(), *quantity), ("held", 1), "{}", r.id);
-    }
-    let held: i64 = db
-        .query_one(
-            "SELECT coalesce(sum(held), 0)::bigint FROM inventory WHERE sku LIKE 'kill-%'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(held, records.len() as i64, "one decrement per hold");
-    let unbalanced: i64 = db
-        .query_one(
-            "SELECT count(*) FROM inventory WHERE on_hand <> available + held + confirmed",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(unbalanced, 0);
+    assert_one_hold_per_request(&cluster.db().await, &records).await;
 
     // How well the router masked the crash.
     let on_victim: Vec<&Record> = records

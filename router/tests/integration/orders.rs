@@ -61,16 +61,10 @@ async fn status_in_db(cluster: &Cluster, id: &str) -> Option<String> {
         .map(|r| r.get(0))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orders_are_all_or_nothing_and_retries_converge() {
-    let _serial = serial().await;
-    let cluster = Cluster::start("orders", 3, 16).await;
-    let router = cluster.router(|_| {}).await;
-    let base = &router.url;
-    for (sku, stock) in [("apple", 10), ("pear", 1), ("plum", 5), ("fig", 3)] {
-        cluster.restock(base, sku, stock).await;
-    }
-
+/// Every line held: 201 with one reservation per line, ids derived from the order id; retrying
+/// the same order replays it (200 + `Idempotent-Replayed`) and takes no extra stock. Expects
+/// apple 10 and pear 1 in stock, and leaves apple at 8, pear at 0.
+async fn a_held_order_replays(base: &str) {
     // 1. Every line held: 201 with one reservation per line, ids derived from the order id.
     let lines = json!([{"sku": "apple", "quantity": 2}, {"sku": "pear", "quantity": 1}]);
     let (status, _, body) = order(base, "o-1", lines.clone()).await;
@@ -94,7 +88,11 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(replayed.as_deref(), Some("true"));
     assert_eq!(body["reservations"].as_array().unwrap().len(), 2);
     assert_eq!(available(base, "apple").await, 8);
+}
 
+/// One line short of stock: 409 order-failed and the held lines are released (compensation);
+/// retrying the failed order replays the stored failure and holds nothing again.
+async fn a_short_line_fails_the_order_and_releases_the_others(cluster: &Cluster, base: &str) {
     // 3. One line short of stock: 409 order-failed, the held line is released (compensation).
     let lines = json!([
         {"sku": "apple", "quantity": 3},
@@ -121,11 +119,11 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(available(base, "apple").await, 8);
     assert_eq!(available(base, "plum").await, 5);
     assert_eq!(
-        status_in_db(&cluster, "order:o-2:0").await.as_deref(),
+        status_in_db(cluster, "order:o-2:0").await.as_deref(),
         Some("released")
     );
     assert_eq!(
-        status_in_db(&cluster, "order:o-2:2").await.as_deref(),
+        status_in_db(cluster, "order:o-2:2").await.as_deref(),
         Some("rejected")
     );
 
@@ -136,6 +134,60 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(replay, body);
     assert_eq!(available(base, "apple").await, 8);
     assert_eq!(available(base, "plum").await, 5);
+}
+
+/// Reusing order `o-5`'s id with changed lines is refused (an invalid line with 400, a changed
+/// one with 422) before anything is reserved, so the original order's holds stay.
+async fn a_changed_order_is_refused_and_keeps_its_holds(cluster: &Cluster, base: &str) {
+    // 8. Reusing the order id with changed lines is refused (422) before anything is reserved,
+    //    so the original order's holds stay.
+    let (status, _, body) = order(
+        base,
+        "o-5",
+        json!([
+            {"sku": "plum", "quantity": 1},
+            {"sku": "apple", "quantity": 1},
+            {"sku": "fig", "quantity": 0}
+        ]),
+    )
+    .await;
+    assert_eq!(status, 400, "zero quantity is invalid: {body}");
+    let (status, _, body) = order(
+        base,
+        "o-5",
+        json!([
+            {"sku": "plum", "quantity": 1},
+            {"sku": "apple", "quantity": 1},
+            {"sku": "apple", "quantity": 1}
+        ]),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["type"], problem_type::IDEMPOTENCY_MISMATCH);
+    assert_eq!(body["lines"], json!([]));
+    assert_eq!(status_in_db(cluster, "order:o-5:2").await, None);
+    assert_eq!(available(base, "plum").await, 3);
+    assert_eq!(available(base, "apple").await, 7);
+    assert_eq!(
+        status_in_db(cluster, "order:o-5:1").await.as_deref(),
+        Some("held")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_are_all_or_nothing_and_retries_converge() {
+    let _serial = serial().await;
+    let cluster = Cluster::start("orders", 3, 16).await;
+    let router = cluster.router(|_| {}).await;
+    let base = &router.url;
+    for (sku, stock) in [("apple", 10), ("pear", 1), ("plum", 5), ("fig", 3)] {
+        cluster.restock(base, sku, stock).await;
+    }
+
+    // 1.-2. Every line held, and a retry of the order replays it.
+    a_held_order_replays(base).await;
+    // 3.-4. One line short of stock fails the order; the retry replays the failure.
+    a_short_line_fails_the_order_and_releases_the_others(&cluster, base).await;
 
     // 5. Two lines for the same SKU are separate reservations.
     let (status, _, body) = order(
@@ -184,39 +236,8 @@ async fn orders_are_all_or_nothing_and_retries_converge() {
     assert_eq!(available(base, "plum").await, 3);
     assert_eq!(available(base, "apple").await, 7);
 
-    // 8. Reusing the order id with changed lines is refused (422) before anything is reserved,
-    //    so the original order's holds stay.
-    let (status, _, body) = order(
-        base,
-        "o-5",
-        json!([
-            {"sku": "plum", "quantity": 1},
-            {"sku": "apple", "quantity": 1},
-            {"sku": "fig", "quantity": 0}
-        ]),
-    )
-    .await;
-    assert_eq!(status, 400, "zero quantity is invalid: {body}");
-    let (status, _, body) = order(
-        base,
-        "o-5",
-        json!([
-            {"sku": "plum", "quantity": 1},
-            {"sku": "apple", "quantity": 1},
-            {"sku": "apple", "quantity": 1}
-        ]),
-    )
-    .await;
-    assert_eq!(status, 422, "{body}");
-    assert_eq!(body["type"], problem_type::IDEMPOTENCY_MISMATCH);
-    assert_eq!(body["lines"], json!([]));
-    assert_eq!(status_in_db(&cluster, "order:o-5:2").await, None);
-    assert_eq!(available(base, "plum").await, 3);
-    assert_eq!(available(base, "apple").await, 7);
-    assert_eq!(
-        status_in_db(&cluster, "order:o-5:1").await.as_deref(),
-        Some("held")
-    );
+    // 8. Reusing the order id with changed lines is refused before anything is reserved.
+    a_changed_order_is_refused_and_keeps_its_holds(&cluster, base).await;
 
     // 9. A reservation made directly under the id a line had before order lines got their own
     //    namespace collides with nothing: the order is placed.

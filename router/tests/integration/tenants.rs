@@ -88,7 +88,6 @@ async fn namespaces_and_quantity_caps_hold_at_the_router() {
         })
         .await;
     let base = router.url.clone();
-    let forbidden = problem_type::NAMESPACE_FORBIDDEN;
     let adjust = |sku: &str| format!("{base}/v1/inventory/{sku}/adjustments");
     for sku in ["acme:1", "other:1"] {
         let body = json!({"adjustment_id": format!("seed-{sku}"), "delta": 10});
@@ -96,6 +95,47 @@ async fn namespaces_and_quantity_caps_hold_at_the_router() {
         assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
     }
 
+    refused_outside_the_namespaces(&base).await;
+    the_quantity_cap_holds_per_reservation_and_per_order(&base).await;
+
+    // Inside the namespaces and the cap everything works, orders and ids included.
+    let reservations = format!("{base}/v1/reservations");
+    let order =
+        json!({"lines": [{"sku": "acme:1", "quantity": 1}, {"sku": "acme:1", "quantity": 2}]});
+    let answer = send(
+        Method::POST,
+        &format!("{base}/v1/orders/o-ok/reservations"),
+        ACME,
+        Some(order),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    let answer = send(
+        Method::POST,
+        &format!("{reservations}/{}/release", order_line_id("o-ok", 0)),
+        ACME,
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+
+    let series = |outcome: &str| {
+        format!("router_client_requests_total{{client=\"acme\",outcome=\"{outcome}\"}}")
+    };
+    assert!(metric(&base, &series("namespace_forbidden")).await >= 3.0);
+    assert!(metric(&base, &series("quota_exceeded")).await >= 2.0);
+    let quota = "router_quota_refusals_total{client=\"acme\",quota=\"max_quantity\"}";
+    assert!(metric(&base, quota).await >= 2.0);
+    router.stop().await;
+}
+
+/// Everything outside the client's namespaces is refused at the router: adjustments, reads, an
+/// order with one line outside (refused whole, before any line is reserved), a reservation, and
+/// another client's reservation by id, which stays as it was.
+async fn refused_outside_the_namespaces(base: &str) {
+    let forbidden = problem_type::NAMESPACE_FORBIDDEN;
+    let adjust = |sku: &str| format!("{base}/v1/inventory/{sku}/adjustments");
+    let reservations = format!("{base}/v1/reservations");
     // Adjustments and reads outside the namespaces.
     let body = json!({"adjustment_id": "acme-ops-other", "delta": -10});
     let answer = send(Method::POST, &adjust("other:1"), ACME_OPS, Some(body)).await;
@@ -130,7 +170,6 @@ async fn namespaces_and_quantity_caps_hold_at_the_router() {
     assert_eq!(acme.body["held"], 0, "no line was reserved: {}", acme.body);
 
     // A plain reservation outside, then another client's reservation by id.
-    let reservations = format!("{base}/v1/reservations");
     let body = json!({"reservation_id": "acme-x", "sku": "other:1", "quantity": 1});
     let answer = send(Method::POST, &reservations, ACME, Some(body)).await;
     assert_problem(&answer, StatusCode::FORBIDDEN, forbidden, "reserve outside");
@@ -153,7 +192,12 @@ async fn namespaces_and_quantity_caps_hold_at_the_router() {
     }
     let still = send(Method::GET, &format!("{reservations}/ops-r"), OPS, None).await;
     assert_eq!(still.body["status"], "held", "{}", still.body);
+}
 
+/// The quantity cap applies per reservation and over an order's lines together; a refused order
+/// reserves nothing.
+async fn the_quantity_cap_holds_per_reservation_and_per_order(base: &str) {
+    let reservations = format!("{base}/v1/reservations");
     // The quantity cap: per reservation, and over an order's lines together.
     let body = json!({"reservation_id": "acme-big", "sku": "acme:1", "quantity": 4});
     let answer = send(Method::POST, &reservations, ACME, Some(body)).await;
@@ -187,33 +231,4 @@ async fn namespaces_and_quantity_caps_hold_at_the_router() {
     )
     .await;
     assert_eq!(acme.body["held"], 0, "nothing was reserved: {}", acme.body);
-
-    // Inside the namespaces and the cap everything works, orders and ids included.
-    let order =
-        json!({"lines": [{"sku": "acme:1", "quantity": 1}, {"sku": "acme:1", "quantity": 2}]});
-    let answer = send(
-        Method::POST,
-        &format!("{base}/v1/orders/o-ok/reservations"),
-        ACME,
-        Some(order),
-    )
-    .await;
-    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
-    let answer = send(
-        Method::POST,
-        &format!("{reservations}/{}/release", order_line_id("o-ok", 0)),
-        ACME,
-        None,
-    )
-    .await;
-    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-
-    let series = |outcome: &str| {
-        format!("router_client_requests_total{{client=\"acme\",outcome=\"{outcome}\"}}")
-    };
-    assert!(metric(&base, &series("namespace_forbidden")).await >= 3.0);
-    assert!(metric(&base, &series("quota_exceeded")).await >= 2.0);
-    let quota = "router_quota_refusals_total{client=\"acme\",quota=\"max_quantity\"}";
-    assert!(metric(&base, quota).await >= 2.0);
-    router.stop().await;
 }

@@ -37,6 +37,39 @@ fn peer_certificate(response: &reqwest::Response) -> Vec<u8> {
         .to_vec()
 }
 
+/// The router's port speaks TLS only, and the allocator answers only clients with a certificate
+/// of the test CA (the router's identity), neither anonymous ones nor another CA's.
+async fn only_tls_and_the_cas_clients_are_answered(
+    pki: &TestPki,
+    client: &reqwest::Client,
+    router_url: &str,
+    allocator_url: &str,
+) {
+    let plain = reqwest::Client::new()
+        .get(format!("{router_url}/healthz"))
+        .send()
+        .await;
+    assert!(plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()));
+    let anonymous = client.get(format!("{allocator_url}/healthz")).send().await;
+    assert!(anonymous.is_err(), "no client certificate: {anonymous:?}");
+    let stranger = https(
+        pki,
+        Some((pki.stranger_cert.as_path(), pki.stranger_key.as_path())),
+    );
+    let refused = stranger
+        .get(format!("{allocator_url}/healthz"))
+        .send()
+        .await;
+    assert!(refused.is_err(), "a certificate of another CA: {refused:?}");
+    let router_identity = (pki.client_cert.as_path(), pki.client_key.as_path());
+    let direct = https(pki, Some(router_identity))
+        .get(format!("{allocator_url}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status(), StatusCode::OK);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_end_to_end_with_mutual_tls_between_router_and_allocator() {
     let _serial = serial().await;
@@ -110,30 +143,8 @@ async fn https_end_to_end_with_mutual_tls_between_router_and_allocator() {
         .unwrap();
     assert_eq!(confirmed.status(), StatusCode::OK);
 
-    // The router's port speaks TLS only; the allocator answers only the CA's clients.
-    let plain = reqwest::Client::new()
-        .get(format!("{}/healthz", router.url))
-        .send()
-        .await;
-    assert!(plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()));
-    let anonymous = client.get(format!("{allocator_url}/healthz")).send().await;
-    assert!(anonymous.is_err(), "no client certificate: {anonymous:?}");
-    let stranger = https(
-        &pki,
-        Some((pki.stranger_cert.as_path(), pki.stranger_key.as_path())),
-    );
-    let refused = stranger
-        .get(format!("{allocator_url}/healthz"))
-        .send()
-        .await;
-    assert!(refused.is_err(), "a certificate of another CA: {refused:?}");
+    only_tls_and_the_cas_clients_are_answered(&pki, &client, &router.url, &allocator_url).await;
     let router_identity = (pki.client_cert.as_path(), pki.client_key.as_path());
-    let direct = https(&pki, Some(router_identity))
-        .get(format!("{allocator_url}/healthz"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(direct.status(), StatusCode::OK);
 
     // A router without the client certificate is refused by the allocator: 503, nothing applied.
     let no_identity = cluster

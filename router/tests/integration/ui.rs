@@ -7,6 +7,7 @@
 //! `CI=true`, where it fails instead (`ops/test.sh` installs them).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -210,9 +211,17 @@ async fn the_operations_page_shows_a_failover() {
         started.elapsed()
     );
 
-    // The API page renders the router's document: one operation per route of the table.
+    the_docs_page_shows_every_route(&browser, &router.url, &shots).await;
+
+    browser.quit().await;
+    router.stop().await;
+}
+
+/// The API page renders the router's document: one operation per route of the table, with
+/// its schemas; a screenshot of it goes to `shots`.
+async fn the_docs_page_shows_every_route(browser: &Browser, router_url: &str, shots: &Path) {
     browser
-        .goto(&format!("{}/docs", router.url))
+        .goto(&format!("{router_url}/docs"))
         .await
         .expect("load /docs");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -254,9 +263,6 @@ async fn the_operations_page_shows_a_failover() {
         browser.screenshot_png().await.expect("screenshot"),
     )
     .expect("write screenshot");
-
-    browser.quit().await;
-    router.stop().await;
 }
 
 /// With authentication on, the overview needs a token with the `reserve` scope (it names every
