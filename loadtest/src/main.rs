@@ -24,6 +24,7 @@ mod client;
 mod commands;
 mod cpu;
 mod events;
+mod hoard;
 mod iteration;
 mod pacer;
 mod progress;
@@ -78,6 +79,10 @@ enum Command {
     /// Consume the change events from Redis Streams through a consumer group, once each by
     /// position (gaps filled from `GET /v1/events` with --target); prints a JSON report.
     Events(events::EventsArgs),
+    /// One client hoards a hot SKU (many reserves in flight, never released) while other
+    /// clients buy it one unit at a time; prints what each side got as JSON and fails when a
+    /// check does (the hoarder over --expect-quota, stock withheld, an unbalanced row).
+    Hoard(hoard::HoardArgs),
 }
 
 fn main() -> ExitCode {
@@ -122,6 +127,14 @@ fn main() -> ExitCode {
                 let report = events::run(args).await?;
                 println!("{}", serde_json::to_string_pretty(&report)?);
                 Ok(report.gaps == 0 && report.key_mismatches == 0)
+            }
+            Command::Hoard(args) => {
+                let report = hoard::run(args).await?;
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                for failure in &report.failures {
+                    eprintln!("loadtest hoard: check failed: {failure}");
+                }
+                Ok(report.failures.is_empty())
             }
             Command::Cpu(_) => unreachable!("answered above"),
         }

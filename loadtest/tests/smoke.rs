@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use access::table::hash_hex;
 use router::{Application, RouterConfig};
 use testkit::shared::fresh_database;
 use testkit::{cargo_bin, free_port, ChildProcess};
@@ -85,7 +86,12 @@ fn show(out: &std::process::Output) -> String {
 
 /// One `allocator serve` replica on a free port with quick campaigns and expiry, logging to
 /// `log`; it is stopped when the returned process is dropped.
-fn spawn_allocator(allocator_bin: &Path, db_url: &str, log: &Path) -> ChildProcess {
+fn spawn_allocator(
+    allocator_bin: &Path,
+    db_url: &str,
+    log: &Path,
+    envs: &[(String, String)],
+) -> ChildProcess {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let args: Vec<String> = [
@@ -110,7 +116,7 @@ fn spawn_allocator(allocator_bin: &Path, db_url: &str, log: &Path) -> ChildProce
     .iter()
     .map(|s| s.to_string())
     .collect();
-    ChildProcess::spawn(allocator_bin, args, &[], log).expect("spawn allocator")
+    ChildProcess::spawn(allocator_bin, args, envs, log).expect("spawn allocator")
 }
 
 /// Wait until the router at `router_url` shows every partition owned; `log` is the allocator's,
@@ -139,15 +145,15 @@ async fn wait_until_every_partition_is_owned(router_url: &str, log: &Path) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closed_and_open_loop_keep_the_invariants() {
+/// The allocator binary and a fresh database migrated with [`PARTITIONS`].
+async fn migrated(name: &str) -> (std::path::PathBuf, String) {
     let allocator_bin = cargo_bin("allocator");
     assert!(
         allocator_bin.is_file(),
         "{} is missing: run `cargo build -p allocator` first",
         allocator_bin.display()
     );
-    let db_url = fresh_database("loadtest_smoke").await.expect("database");
+    let db_url = fresh_database(name).await.expect("database");
     let migrate = Command::new(&allocator_bin)
         .args(["migrate", "--database-url", &db_url, "--partitions"])
         .arg(PARTITIONS.to_string())
@@ -155,10 +161,16 @@ async fn closed_and_open_loop_keep_the_invariants() {
         .output()
         .expect("run allocator migrate");
     assert!(migrate.status.success(), "migrate: {}", show(&migrate));
+    (allocator_bin, db_url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_and_open_loop_keep_the_invariants() {
+    let (allocator_bin, db_url) = migrated("loadtest_smoke").await;
 
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("allocator.log");
-    let _allocator = spawn_allocator(&allocator_bin, &db_url, &log);
+    let _allocator = spawn_allocator(&allocator_bin, &db_url, &log, &[]);
 
     let mut config = RouterConfig::new(db_url.clone());
     config.listen = "127.0.0.1:0".to_owned();
@@ -265,4 +277,146 @@ async fn closed_and_open_loop_keep_the_invariants() {
 
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), router_task).await;
+}
+
+const HOARDER: &str = "hoarder-token-5b7d9f1a3c6e";
+const GREEDY: &str = "greedy-token-0c2e4a6b8d1f";
+const OPS: &str = "ops-token-7a9c1e3b5d8f";
+const ROUTER_TOKEN: &str = "router-token-2d4f6a8c0e1b";
+
+/// `loadtest hoard` through a router with authentication: a hoarder with `max_held_per_sku=2`
+/// keeps 16 reserves of a hot SKU in flight and ends holding 2 units while two other clients buy
+/// the rest; the same attack by a client without the quota holds more than 2 (so the quota is
+/// what stops it), and `--expect-quota 2` makes that run fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hoarding_client_is_held_to_its_quota_while_others_buy() {
+    let (allocator_bin, db_url) = migrated("loadtest_hoard").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write file");
+        path
+    };
+    let line = |name: &str, scopes: &str, token: &str, options: &str| {
+        format!("{name} {scopes} {} {options}\n", hash_hex(token.as_bytes()))
+    };
+    let allocator_auth = file(
+        "allocator-auth",
+        line("router-1", "router", ROUTER_TOKEN, ""),
+    );
+    let buyers = ["buyer-token-1e3a5c7b9d2f", "buyer-token-8f6d4b2a0c9e"];
+    let router_auth = file(
+        "router-auth",
+        [
+            line("hoarder", "reserve", HOARDER, "max_held_per_sku=2"),
+            line("greedy", "reserve", GREEDY, ""),
+            line("buyer-1", "reserve", buyers[0], ""),
+            line("buyer-2", "reserve", buyers[1], ""),
+            line("ops", "reserve,admin", OPS, ""),
+        ]
+        .concat(),
+    );
+    let log = dir.path().join("allocator.log");
+    let envs = [
+        ("ALLOCATOR_AUTH_FILE", allocator_auth.display().to_string()),
+        ("ALLOCATOR_REQUIRE_ROUTER", "true".to_owned()),
+    ]
+    .map(|(k, v)| (k.to_owned(), v));
+    let _allocator = spawn_allocator(&allocator_bin, &db_url, &log, &envs);
+    let mut config = RouterConfig::new(db_url.clone());
+    config.listen = "127.0.0.1:0".to_owned();
+    config.workers = Some(1);
+    config.poll_interval = Duration::from_millis(200);
+    config.access.auth_file = Some(router_auth);
+    config.upstream_token_file = Some(file("router-token", ROUTER_TOKEN.to_owned()));
+    let app = Application::build(config).await.expect("build router");
+    let router_url = format!("http://127.0.0.1:{}", app.port());
+    let shutdown = app.shutdown_token();
+    let router_task = tokio::spawn(app.run_until_stopped());
+
+    for sku in ["hoard:1", "hoard:2"] {
+        restock(&router_url, sku, 200, &log).await;
+    }
+    let tokens = [HOARDER, GREEDY, buyers[0], buyers[1]].map(|t| file(t, t.to_owned()));
+    let hoard = |sku: &str, hoarder: &Path, quota: &str| {
+        let (b1, b2) = (tokens[2].to_str().unwrap(), tokens[3].to_str().unwrap());
+        let args = [
+            "hoard",
+            "--target",
+            &router_url,
+            "--sku",
+            sku,
+            "--hoarders",
+            "16",
+            "--buyers-per-client",
+            "4",
+            "--duration-secs",
+            "3",
+            "--expect-quota",
+            quota,
+            "--hoarder-token-file",
+            hoarder.to_str().unwrap(),
+            "--buyer-token-file",
+            b1,
+            "--buyer-token-file",
+            b2,
+        ];
+        let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+            .args(args)
+            .output()
+            .expect("run loadtest hoard");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("report: {e}: {}", show(&out)));
+        (out, report)
+    };
+
+    let (out, report) = hoard("hoard:1", &tokens[0], "2");
+    println!("with the quota: {report}");
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        report["hoarder"]["units"].as_u64().unwrap() <= 2,
+        "{report}"
+    );
+    assert!(
+        report["hoarder"]["quota_refusals"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    let bought = report["buyers"]["units"].as_u64().unwrap();
+    assert!(bought > 0, "{report}");
+    assert_eq!(report["confirmed"].as_u64(), Some(bought), "{report}");
+
+    // The same attack without a quota: the hoarder takes more, and the check names it.
+    let (out, report) = hoard("hoard:2", &tokens[1], "2");
+    println!("without the quota: {report}");
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(report["hoarder"]["units"].as_u64().unwrap() > 2, "{report}");
+    assert_eq!(report["hoarder"]["quota_refusals"], 0, "{report}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("over its max_held_per_sku 2"));
+
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), router_task).await;
+}
+
+/// Restock `sku` by `units` with the admin token, retrying until its partition has an owner.
+async fn restock(router_url: &str, sku: &str, units: i64, log: &Path) {
+    let http = reqwest::Client::new();
+    let body = serde_json::json!({"adjustment_id": format!("seed-{sku}"), "delta": units});
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = http
+            .post(format!("{router_url}/v1/inventory/{sku}/adjustments"))
+            .bearer_auth(OPS)
+            .json(&body)
+            .send()
+            .await;
+        if answer.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sku} not restocked; log {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
