@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use http::Method;
 use schema::events::{EventPage, Stream};
+use schema::history::HistoryPage;
 use schema::routes::{self, Route};
 use schema::wire::{
     Adjustment, AdjustmentRequest, Delta, InvalidValue, Inventory, OrderRequest, PartitionMap,
@@ -155,6 +156,20 @@ impl Client {
         let mut path = format!(
             "{}?partition={partition}&after={after}",
             routes::EVENTS.path
+        );
+        if let Some(limit) = limit {
+            path.push_str(&format!("&limit={limit}"));
+        }
+        Call::new(self, Method::GET, path, None, None)
+    }
+
+    /// `GET /v1/inventory/{sku}/history` (the `admin` scope): one page of the SKU's ledger in
+    /// commit order after position `after`, with the client of each movement; at most `limit`
+    /// entries (the service's default without). Ask again from `next_after` for the next page.
+    pub fn history(&self, sku: &str, after: i64, limit: Option<i64>) -> Call<'_, HistoryPage> {
+        let mut path = format!(
+            "{}?after={after}",
+            route_path(&routes::INVENTORY_HISTORY, &[sku])
         );
         if let Some(limit) = limit {
             path.push_str(&format!("&limit={limit}"));

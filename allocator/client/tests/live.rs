@@ -250,4 +250,23 @@ async fn bearer_tokens_are_sent_and_refusals_are_typed() {
     let held = shop.reserve(&request).await.unwrap();
     assert_eq!(held.status, 201);
     assert_eq!(shop.inventory("auth-sku").await.unwrap().value.held, 1);
+
+    // The SKU's history is the admin's: the restock, then the hold, one page.
+    let page = ops.history("auth-sku", 0, Some(10)).await.unwrap().value;
+    let kinds: Vec<&str> = page.entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["restock", "reserve"], "{page:?}");
+    assert_eq!(
+        page.entries[1].reservation_id.as_deref(),
+        Some(request.reservation_id.as_str())
+    );
+    assert_eq!(page.next_after, None, "{page:?}");
+    let rest = ops
+        .history("auth-sku", page.entries[0].position, None)
+        .await
+        .unwrap();
+    assert_eq!(rest.value.entries.len(), 1, "{:?}", rest.value);
+    assert!(matches!(
+        shop.history("auth-sku", 0, None).await,
+        Err(Error::Forbidden(_))
+    ));
 }
