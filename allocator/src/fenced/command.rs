@@ -123,7 +123,8 @@ pub enum Outcome {
         current: ReservationStatus,
     },
     /// The client would hold more of the SKU than its `max_held_per_sku` (`limit`) allows; it
-    /// holds `held`. Nothing is recorded, so the same id may be used again once it holds less.
+    /// holds `held` (for a replay: held when it was refused). The refusal is stored under the id
+    /// (V21), so a retry of the same id replays it; a new id may go through once it holds less.
     HoldQuotaExceeded {
         limit: i64,
         held: i64,

@@ -146,7 +146,7 @@ async fn the_fenced_batch_records_and_checks_the_owner() {
 }
 
 /// `max_held_per_sku` inside one batch and across batches (`V19__hold_quota_per_sku.sql`): in
-/// arrival order, a reserve over the quota answers `quota` and records nothing, a release in the
+/// arrival order, a reserve over the quota answers `quota` and is stored as refused (V21), a release in the
 /// same batch makes room, holds from earlier batches count, other clients are not held to it.
 #[tokio::test]
 async fn the_fenced_batch_holds_a_client_to_its_per_sku_quota() {
@@ -206,25 +206,49 @@ async fn the_fenced_batch_holds_a_client_to_its_per_sku_quota() {
         Outcome::HoldQuotaExceeded { limit, held, .. } => assert_eq!((*limit, *held), (3, 3)),
         other => panic!("{other:?}"),
     }
-    let refused: i64 = pg
-        .query_one(
-            "SELECT count(*) FROM reservations WHERE reservation_id IN ('q-2', 'q-4')",
+    let refused: Vec<(String, Option<i64>, Option<i64>)> = pg
+        .query(
+            "SELECT status, refused_quota, available_at_refusal FROM reservations
+              WHERE reservation_id IN ('q-2', 'q-4') ORDER BY reservation_id",
             &[],
         )
         .await
         .unwrap()
-        .get(0);
-    assert_eq!(refused, 0, "a refusal records nothing");
-    // The same id goes through once the client holds less.
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let stored = ("rejected".to_owned(), Some(3), Some(3));
+    assert_eq!(
+        refused,
+        [stored.clone(), stored],
+        "a refusal is stored (V21)"
+    );
+    // Once the client holds less, the refused id replays its refusal; a new id goes through.
     let release = Command::Release {
         reservation_id: "q-0".into(),
         owner: buyer.clone(),
     };
-    let outcomes = fenced_transaction(&conn, &fence, &[release, reserve("q-4", 1, &buyer)])
-        .await
-        .unwrap();
+    let batch = [
+        release,
+        reserve("q-4", 1, &buyer),
+        reserve("q-6", 1, &buyer),
+    ];
+    let outcomes = fenced_transaction(&conn, &fence, &batch).await.unwrap();
+    match &outcomes[1] {
+        Outcome::HoldQuotaExceeded { limit, held, .. } => assert_eq!((*limit, *held), (3, 3)),
+        other => panic!("the refusal replayed: {other:?}"),
+    }
     assert!(
-        matches!(&outcomes[1], Outcome::Reservation { created: true, .. }),
+        matches!(&outcomes[2], Outcome::Reservation { created: true, .. }),
+        "{outcomes:?}"
+    );
+    // A refusal and its replay in one batch answer alike.
+    let batch = [reserve("q-7", 1, &buyer), reserve("q-7", 1, &buyer)];
+    let outcomes = fenced_transaction(&conn, &fence, &batch).await.unwrap();
+    let results: Vec<&str> = outcomes.iter().map(Outcome::result).collect();
+    assert_eq!(
+        results,
+        ["quota_exceeded", "quota_exceeded"],
         "{outcomes:?}"
     );
 }

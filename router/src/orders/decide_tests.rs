@@ -168,6 +168,43 @@ mod classify {
         }
     }
 
+    /// A `429 quota-exceeded` settles a line only when it names `max_held_per_sku` (stored under
+    /// the id by the partition's owner); `max_quantity` at an edge records nothing.
+    #[test]
+    fn only_a_stored_quota_refusal_refuses_a_line() {
+        let quota = |name: &str| {
+            let problem = Problem {
+                quota: Some(name.to_owned()),
+                limit: Some(2),
+                ..Problem::new(ProblemType::QuotaExceeded, "x").with_status(429)
+            };
+            UpstreamResponse {
+                body: serde_json::to_vec(&problem).unwrap().into(),
+                ..answer(429, None)
+            }
+        };
+        let mut line = report(0, LineOutcome::Unknown);
+        classify_reserve(&mut line, Ok(&quota("max_held_per_sku")));
+        assert_eq!(line.outcome, LineOutcome::Refused);
+        let mut line = report(0, LineOutcome::Unknown);
+        classify_reserve(&mut line, Ok(&quota("max_quantity")));
+        assert_eq!(line.outcome, LineOutcome::Unknown);
+        let mut line = report(0, LineOutcome::Unknown);
+        classify_reserve(
+            &mut line,
+            Ok(&answer(429, Some(ProblemType::QuotaExceeded))),
+        );
+        assert_eq!(line.outcome, LineOutcome::Unknown, "no quota named");
+        // A release that finds the id stored as refused by the quota: nothing is held.
+        let stored = classify_release(LineOutcome::Unknown, Ok(&quota("max_held_per_sku")));
+        assert_eq!(stored, Compensation::NotHeld);
+        let limited = classify_release(
+            LineOutcome::Unknown,
+            Ok(&answer(429, Some(ProblemType::RateLimited))),
+        );
+        assert_eq!(limited, Compensation::Failed);
+    }
+
     #[test]
     fn failure_body_lists_lines_next_to_problem_fields() {
         let mut line = report(0, LineOutcome::Refused);

@@ -1,6 +1,7 @@
 //! `max_held_per_sku` decided inside the fenced batch (`V19__hold_quota_per_sku.sql`): concurrent
 //! reserves of one client through two routers get exactly its quota of one SKU held, the rest
-//! `429 quota-exceeded` naming the quota, and nothing recorded for them; a release frees room;
+//! `429 quota-exceeded` naming the quota, each stored as refused (a replay answers it again); a
+//! release frees room for a new id; an order with a line the quota refuses fails (`409`);
 //! another client is not held to it.
 
 use std::io::Write;
@@ -99,15 +100,23 @@ async fn concurrent_reserves_through_two_routers_hold_exactly_the_quota() {
         assert_eq!(body["limit"], 3, "{body}");
     }
     let db = cluster.db().await;
-    let rows: i64 = db
-        .query_one(
-            "SELECT count(*) FROM reservations WHERE owner = 'buyer'",
+    let rows: Vec<(String, Option<i64>)> = db
+        .query(
+            "SELECT status, refused_quota FROM reservations WHERE owner = 'buyer'",
             &[],
         )
         .await
         .unwrap()
-        .get(0);
-    assert_eq!(rows, 3, "nothing is recorded for a refused reserve");
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let held = rows.iter().filter(|(s, _)| s == "held").count();
+    let stored = rows.iter().filter(|r| r.0 == "rejected" && r.1 == Some(3));
+    assert_eq!(
+        (held, stored.count()),
+        (3, 21),
+        "each refusal stored: {rows:?}"
+    );
     let mut refusals = 0.0;
     for allocator in &cluster.allocators {
         let series = "allocator_quota_refusals_total{client=\"buyer\",quota=\"max_held_per_sku\"}";
@@ -136,6 +145,48 @@ async fn concurrent_reserves_through_two_routers_hold_exactly_the_quota() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     let (status, body) = reserve(&bases[0], OTHER, "other-big", 10).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A refused id stays refused, and an order whose line the quota refuses fails, decided.
+    let (status, body) = reserve(&bases[1], BUYER, "hot-more", 1).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "replayed: {body}");
+    assert_order_with_a_quota_refused_line_fails(&bases[0]).await;
     first.stop().await;
     second.stop().await;
+}
+
+/// The buyer holds its quota of `hot:1`: an order of one more `hot:1` and one `hot:2` is refused
+/// as a whole (`409 order-failed`, not an undecided `503`), and its `hot:2` line is not held.
+async fn assert_order_with_a_quota_refused_line_fails(base: &str) {
+    let stock = json!({"adjustment_id": "hot2-seed", "delta": 10});
+    let stocked = http()
+        .post(format!("{base}/v1/inventory/hot:2/adjustments"))
+        .bearer_auth(OPS)
+        .json(&stock)
+        .send()
+        .await
+        .expect("restock");
+    assert_eq!(stocked.status(), StatusCode::CREATED);
+    let order =
+        json!({"lines": [{"sku": "hot:2", "quantity": 1}, {"sku": "hot:1", "quantity": 1}]});
+    let answer = http()
+        .post(format!("{base}/v1/orders/quota-order/reservations"))
+        .bearer_auth(BUYER)
+        .json(&order)
+        .send()
+        .await
+        .expect("order");
+    let status = answer.status();
+    let body: Value = answer.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["type"], problem_type::ORDER_FAILED, "{body}");
+    assert_eq!(body["outcome_unknown"], false, "{body}");
+    let inventory: Value = http()
+        .get(format!("{base}/v1/inventory/hot:2"))
+        .bearer_auth(OPS)
+        .send()
+        .await
+        .expect("inventory")
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(inventory["held"], 0, "{inventory}");
 }
