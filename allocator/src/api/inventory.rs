@@ -59,7 +59,7 @@ pub async fn adjust(
     let sku = path.into_inner();
     let body = body.into_inner();
     let partition = partition_for(sku.as_str(), state.partition_count);
-    let command = Command::AdjustFor {
+    let command = Command::Adjust {
         adjustment_id: body.adjustment_id.into_string(),
         sku: sku.into_string(),
         delta: body.delta.get(),

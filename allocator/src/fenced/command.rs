@@ -27,16 +27,10 @@ pub enum Command {
         reservation_id: String,
         owner: Owner,
     },
-    /// A restock (positive `delta`) or shrink for no named client: the adjustment records no
-    /// owner (anonymous or unknown), as with authentication off.
+    /// A restock (positive `delta`) or shrink, for `owner`, whose client the new adjustment
+    /// records (`V20__adjustment_owner.sql`; [`Owner::ANYONE`]: anonymous or unknown, as with
+    /// authentication off).
     Adjust {
-        adjustment_id: String,
-        sku: String,
-        delta: i64,
-    },
-    /// The same for `owner`, whose client the new adjustment records
-    /// (`V20__adjustment_owner.sql`); what the API sends.
-    AdjustFor {
         adjustment_id: String,
         sku: String,
         delta: i64,
@@ -53,7 +47,7 @@ impl Command {
             Command::Reserve { .. } => "reserve",
             Command::Confirm { .. } => "confirm",
             Command::Release { .. } => "release",
-            Command::Adjust { .. } | Command::AdjustFor { .. } => "adjust",
+            Command::Adjust { .. } => "adjust",
             Command::ExpireDue { .. } => "expire",
         }
     }
@@ -64,7 +58,7 @@ impl Command {
             Command::Reserve { reservation_id, .. }
             | Command::Confirm { reservation_id, .. }
             | Command::Release { reservation_id, .. } => Some(reservation_id),
-            Command::Adjust { .. } | Command::AdjustFor { .. } | Command::ExpireDue { .. } => None,
+            Command::Adjust { .. } | Command::ExpireDue { .. } => None,
         }
     }
 
@@ -75,26 +69,21 @@ impl Command {
                 adjustment_id,
                 sku,
                 delta,
-            }
-            | Command::AdjustFor {
-                adjustment_id,
-                sku,
-                delta,
                 ..
             } => Some((adjustment_id, sku, *delta)),
             _ => None,
         }
     }
 
-    /// Who a command is for: recorded on the reservation or adjustment it creates. Sweeps and
-    /// [`Command::Adjust`] act for no client.
+    /// Who a command is for: recorded on the reservation or adjustment it creates. Sweeps act
+    /// for no client.
     pub fn owner(&self) -> &Owner {
         match self {
             Command::Reserve { owner, .. }
             | Command::Confirm { owner, .. }
             | Command::Release { owner, .. }
-            | Command::AdjustFor { owner, .. } => owner,
-            Command::Adjust { .. } | Command::ExpireDue { .. } => &Owner::ANYONE,
+            | Command::Adjust { owner, .. } => owner,
+            Command::ExpireDue { .. } => &Owner::ANYONE,
         }
     }
 }

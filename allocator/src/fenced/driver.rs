@@ -181,11 +181,6 @@ impl<'a> Arrays<'a> {
                         adjustment_id,
                         sku,
                         delta,
-                    }
-                    | Command::AdjustFor {
-                        adjustment_id,
-                        sku,
-                        delta,
                         ..
                     } => (Some(adjustment_id.as_str()), Some(sku.as_str()), *delta, 0),
                     Command::ExpireDue { limit } => (None, None, *limit, 0),

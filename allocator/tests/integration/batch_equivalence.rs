@@ -70,6 +70,7 @@ fn sequence(rng: &mut StdRng, case: u64) -> Vec<(u32, Command)> {
                     adjustment_id: format!("eq{case}-a{}", rng.random_range(0..4)),
                     sku,
                     delta: [-3, -1, 2, 5][rng.random_range(0..4)],
+                    owner: access::Owner::ANYONE,
                 },
                 _ => Command::ExpireDue { limit: 10 },
             };
@@ -172,6 +173,7 @@ impl Side {
                 adjustment_id: format!("eq{case}-seed-{partition}"),
                 sku: sku(case, partition, 0),
                 delta: 6,
+                owner: access::Owner::ANYONE,
             };
             fenced_transaction(&conn, self.fence(partition), &[command])
                 .await

@@ -64,6 +64,7 @@ async fn fixture() -> Fixture {
                 adjustment_id: format!("seed-{sku}"),
                 sku: sku.clone(),
                 delta: 10,
+                owner: access::Owner::ANYONE,
             }],
         )
         .await

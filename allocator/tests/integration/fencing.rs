@@ -41,6 +41,7 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
             adjustment_id: "seed".into(),
             sku: untouched.clone(),
             delta: 5,
+            owner: access::Owner::ANYONE,
         }],
     )
     .await
@@ -76,6 +77,7 @@ async fn older_epoch_cannot_write_a_row_the_new_owner_never_touched() {
             adjustment_id: "late-adj".into(),
             sku: untouched.clone(),
             delta: 7,
+            owner: access::Owner::ANYONE,
         },
         Command::ExpireDue { limit: 10 },
     ] {
@@ -159,6 +161,7 @@ async fn a_stale_partition_is_dropped_from_a_group_without_failing_the_others() 
                 adjustment_id: format!("seed-{sku}"),
                 sku: sku.clone(),
                 delta: 10,
+                owner: access::Owner::ANYONE,
             }],
         )
         .await

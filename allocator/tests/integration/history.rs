@@ -154,7 +154,7 @@ async fn the_fenced_batch_records_the_adjusting_client() {
     let (db, pool, fence, sku) = partition_owned("adjusted").await;
     let conn = pool.get().await.unwrap();
     let pg = client(&db).await;
-    let adjust = |id: &str, delta: i64, owner: &Owner| Command::AdjustFor {
+    let adjust = |id: &str, delta: i64, owner: &Owner| Command::Adjust {
         adjustment_id: id.into(),
         sku: sku.clone(),
         delta,
@@ -171,6 +171,7 @@ async fn the_fenced_batch_records_the_adjusting_client() {
                 adjustment_id: "o-plain".into(),
                 sku: sku.clone(),
                 delta: 1,
+                owner: access::Owner::ANYONE,
             },
             adjust("o-shrink", -50, &other),
             adjust("o-stock", 5, &other),

@@ -172,6 +172,7 @@ async fn tables_refuse_negative_stock_stale_epochs_and_ledger_edits() {
             adjustment_id: "s".into(),
             sku: sku.clone(),
             delta: 3,
+            owner: access::Owner::ANYONE,
         }],
     )
     .await

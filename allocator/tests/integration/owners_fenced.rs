@@ -71,6 +71,7 @@ async fn the_fenced_batch_records_and_checks_the_owner() {
         adjustment_id: "seed".into(),
         sku: sku.clone(),
         delta: 10,
+        owner: access::Owner::ANYONE,
     };
     fenced_transaction(&conn, &fence, &[seed]).await.unwrap();
     // The set-based statement (a new id alone) and the function (beside a confirm).
@@ -157,6 +158,7 @@ async fn the_fenced_batch_holds_a_client_to_its_per_sku_quota() {
         adjustment_id: "seed".into(),
         sku: sku.clone(),
         delta: 100,
+        owner: access::Owner::ANYONE,
     };
     fenced_transaction(&conn, &fence, &[seed]).await.unwrap();
     let buyer = Owner {

@@ -65,6 +65,7 @@ async fn a_group_naming_a_partition_twice_is_refused_whole() {
             adjustment_id: "seed".into(),
             sku: sku.clone(),
             delta: 10,
+            owner: access::Owner::ANYONE,
         }],
     )
     .await
