@@ -14,10 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::events::Delta;
 
-/// Most entries one page answers.
-pub const PAGE_LIMIT_MAX: i64 = 1000;
-/// Entries one page answers without `limit`.
-pub const PAGE_LIMIT_DEFAULT: i64 = 100;
+pub use crate::page::{PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 
 /// `?after=POSITION&limit=N`, parsed. Both services parse it the same way, so a router refuses
 /// what an allocator would, with the same words, before forwarding anything.
@@ -43,17 +40,8 @@ impl HistoryQuery {
         let mut parsed = HistoryQuery::default();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match name {
-                "after" => match value.parse::<i64>() {
-                    Ok(a) if a >= 0 => parsed.after = a,
-                    _ => return Err(format!("after must be a position >= 0, got {value:?}")),
-                },
-                "limit" => match value.parse::<i64>() {
-                    Ok(l) if (1..=PAGE_LIMIT_MAX).contains(&l) => parsed.limit = l,
-                    _ => return Err(format!("limit must be 1..{PAGE_LIMIT_MAX}, got {value:?}")),
-                },
-                other => return Err(format!("unknown query parameter {other:?}")),
-            }
+            crate::page::page_param(name, value, &mut parsed.after, &mut parsed.limit)
+                .unwrap_or_else(|| Err(format!("unknown query parameter {name:?}")))?;
         }
         Ok(parsed)
     }

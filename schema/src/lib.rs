@@ -28,6 +28,7 @@ pub mod history;
 #[cfg(feature = "postgres")]
 pub mod migrate;
 pub mod openapi;
+mod page;
 pub mod partition;
 pub mod path;
 pub mod routes;

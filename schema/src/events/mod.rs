@@ -243,10 +243,7 @@ mod tests {
     }
 }
 
-/// Most events one `GET /v1/events` answers.
-pub const PAGE_LIMIT_MAX: i64 = 1000;
-/// Events one `GET /v1/events` answers without `limit`.
-pub const PAGE_LIMIT_DEFAULT: i64 = 100;
+pub use crate::page::{PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 
 /// `GET /v1/events?partition=P|settlement&after=SEQ&limit=N`, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,17 +290,11 @@ impl EventQuery {
                         ))
                     }
                 },
-                "after" => match value.parse::<i64>() {
-                    Ok(a) if a >= 0 => after = a,
-                    _ => return invalid(format!("after must be a position >= 0, got {value:?}")),
+                other => match crate::page::page_param(other, value, &mut after, &mut limit) {
+                    Some(Ok(())) => {}
+                    Some(Err(detail)) => return invalid(detail),
+                    None => return invalid(format!("unknown query parameter {other:?}")),
                 },
-                "limit" => match value.parse::<i64>() {
-                    Ok(l) if (1..=PAGE_LIMIT_MAX).contains(&l) => limit = l,
-                    _ => {
-                        return invalid(format!("limit must be 1..{PAGE_LIMIT_MAX}, got {value:?}"))
-                    }
-                },
-                other => return invalid(format!("unknown query parameter {other:?}")),
             }
         }
         let stream =
