@@ -23,16 +23,20 @@ pub fn api(
     deadline: Duration,
     backoff: Backoff,
     max_idle: usize,
+    token: Option<String>,
 ) -> anyhow::Result<Client> {
-    Ok(Client::builder(target)
+    let mut builder = Client::builder(target)
         .policy(Policy {
             attempt_timeout: request_timeout,
             deadline,
             backoff,
         })
         .connect_timeout(connect_timeout)
-        .max_idle_per_host(max_idle)
-        .build()?)
+        .max_idle_per_host(max_idle);
+    if let Some(token) = token {
+        builder = builder.token(token);
+    }
+    Ok(builder.build()?)
 }
 
 impl Observe for OpTrace {

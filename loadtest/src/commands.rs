@@ -56,6 +56,10 @@ pub(crate) struct Common {
     /// Largest retry delay; also caps a server's Retry-After.
     #[arg(long, env = "LOADTEST_BACKOFF_MAX_MS", default_value_t = 500)]
     backoff_max_ms: u64,
+    /// File holding a bearer token sent with every request, for a cluster with authentication
+    /// on (the client needs the `reserve` scope, `admin` for seeding; reads need `read`).
+    #[arg(long, env = "LOADTEST_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Print the report as one JSON object on stdout instead of text.
     #[arg(long, env = "LOADTEST_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
@@ -183,6 +187,15 @@ impl Common {
     }
 
     fn api(&self, max_idle: usize) -> anyhow::Result<Client> {
+        let token = match &self.token_file {
+            Some(file) => Some(
+                std::fs::read_to_string(file)
+                    .with_context(|| format!("token file {}", file.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        };
         crate::client::api(
             &self.target,
             Duration::from_millis(self.request_timeout_ms),
@@ -193,6 +206,7 @@ impl Common {
                 max: Duration::from_millis(self.backoff_max_ms.max(1)),
             },
             max_idle,
+            token,
         )
         .context("building the HTTP client")
     }

@@ -27,7 +27,8 @@
 #
 # Knobs (environment): COST_DURATION (10), COST_CONCURRENCY (64), COST_SKUS (10000),
 # COST_PARTITIONS (16), COST_OPEN_FRACTIONS ("0.25 0.5"), COST_DIR (.cluster/cost),
-# COST_SKIP_BUILD=1, COST_CANDIDATES (name=flags pairs separated by ';'; default
+# COST_SKIP_BUILD=1, COST_LOADTEST_ARGS (words added to every `loadtest run`, e.g. "--token-file F"
+# when the candidates run with an auth file), COST_CANDIDATES (name=flags pairs separated by ';'; default
 # "set=--set-based-reserves=true;function=--set-based-reserves=false;set-2-lanes=--commit-lanes 2").
 # A candidate's flags may start with bin=PATH: that allocator binary instead of the build's, for an
 # A/B of two builds in one invocation, e.g.
@@ -51,6 +52,7 @@ PARTITIONS="${COST_PARTITIONS:-16}"
 OPEN_FRACTIONS="${COST_OPEN_FRACTIONS:-${COST_OPEN_FRACTION:-0.25 0.5}}"
 CANDIDATES="${COST_CANDIDATES:-set=--set-based-reserves=true;function=--set-based-reserves=false;set-2-lanes=--commit-lanes 2}"
 DIR="${COST_DIR:-$REPO_ROOT/.cluster/cost}"
+read -r -a LOADTEST_EXTRA <<<"${COST_LOADTEST_ARGS:-}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 LOADTEST="$TARGET_DIR/release/loadtest"
 ALLOCATOR="$TARGET_DIR/release/allocator"
@@ -155,7 +157,7 @@ loadtest_row() {
     # over loadtest's invariant checks afterwards, which read every SKU back.
     /usr/bin/time -f '%U %S' -o "$out.time" "$LOADTEST" run --target "$url" --skus "$skus" --prefix "$prefix" \
         --skew "$skew" --duration-secs "$DURATION" --confirm-ratio 0 --release-ratio 0 --snapshot-max 0 \
-        --progress-secs 0 --seed 42 --json-out "$out.json" "$@" >"$out.txt" 2>"$out.err" &
+        --progress-secs 0 --seed 42 --json-out "$out.json" "${LOADTEST_EXTRA[@]}" "$@" >"$out.txt" 2>"$out.err" &
     local lt=$!
     sleep 0.1
     # The load generator runs under time(1): its own CPU is read from its child.

@@ -239,7 +239,9 @@ impl Gate {
         let policy = self
             .policy_for(caller.as_ref(), headers)
             .map_err(|e| (client.clone(), e))?;
-        owner.max_held_per_sku = policy.as_ref().and_then(|p| p.hold_quotas().per_sku);
+        let quotas = policy.as_ref().map(|p| p.hold_quotas()).unwrap_or_default();
+        owner.max_held_per_sku = quotas.per_sku;
+        owner.max_held_units = quotas.units;
         let body_check = match &policy {
             Some(policy) => {
                 check::before_body(policy, &client, request).map_err(|e| (client.clone(), e))?

@@ -22,6 +22,10 @@ pub struct Owner {
     /// fenced batch against what it holds (`V19__hold_quota_per_sku.sql`). Only for an
     /// authenticated client: the anonymous owner is everybody at once.
     pub max_held_per_sku: Option<i64>,
+    /// The client's `max_held_units`: units it may hold at once over every SKU, decided by the
+    /// fenced batch against what it holds in every partition (`V22__hold_quota_units.sql`):
+    /// exact for holds in one partition, within the bound DESIGN.md §9 states across them.
+    pub max_held_units: Option<i64>,
 }
 
 impl Owner {
@@ -30,6 +34,7 @@ impl Owner {
         client: None,
         any: true,
         max_held_per_sku: None,
+        max_held_units: None,
     };
 
     /// An authenticated client, `admin` when it holds that scope.
@@ -38,12 +43,24 @@ impl Owner {
             client: Some(name.into()),
             any: admin,
             max_held_per_sku: None,
+            max_held_units: None,
         }
     }
 
     /// The per-SKU hold quota the fenced batch enforces for this owner, if any.
     pub fn held_per_sku_quota(&self) -> Option<i64> {
         self.client.as_ref().and(self.max_held_per_sku)
+    }
+
+    /// The all-SKU hold quota the fenced batch enforces for this owner, if any.
+    pub fn held_units_quota(&self) -> Option<i64> {
+        self.client.as_ref().and(self.max_held_units)
+    }
+
+    /// Whether a reserve of this owner must be decided against what it holds (only
+    /// `apply_fenced_batch` can).
+    pub fn has_hold_quota(&self) -> bool {
+        self.held_per_sku_quota().is_some() || self.held_units_quota().is_some()
     }
 
     /// Whether this client may read or change a reservation or order stored with `stored` as

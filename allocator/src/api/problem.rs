@@ -38,9 +38,13 @@ pub enum ApiError {
     },
     #[error("storage unavailable: {0}")]
     StorageUnavailable(String),
-    /// The client's `max_held_per_sku`, decided by the fenced batch.
+    /// The client's `max_held_per_sku` or `max_held_units`, decided by the fenced batch.
     #[error("{detail}")]
-    HoldQuotaExceeded { limit: i64, detail: String },
+    HoldQuotaExceeded {
+        quota: access::Quota,
+        limit: i64,
+        detail: String,
+    },
 }
 
 impl ApiError {
@@ -87,8 +91,8 @@ impl ApiError {
                 problem.partition = Some(*partition);
                 problem.outcome_unknown = Some(*outcome_unknown);
             }
-            ApiError::HoldQuotaExceeded { limit, .. } => {
-                problem.quota = Some(access::Quota::MaxHeldPerSku.as_str().to_owned());
+            ApiError::HoldQuotaExceeded { quota, limit, .. } => {
+                problem.quota = Some(quota.as_str().to_owned());
                 problem.limit = Some(*limit);
             }
             _ => {}

@@ -128,12 +128,20 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
         }),
         Outcome::Mismatch { detail } => Err(ApiError::IdempotencyMismatch(detail)),
         Outcome::NotFound { detail } => Err(ApiError::NotFound(detail)),
-        Outcome::HoldQuotaExceeded { limit, detail, .. } => {
+        Outcome::HoldQuotaExceeded {
+            quota,
+            limit,
+            detail,
+            ..
+        } => {
             let client = access::current_client().unwrap_or_default();
-            let quota = access::Quota::MaxHeldPerSku.as_str();
-            metrics::counter!(crate::metrics::QUOTA_REFUSALS, "client" => client, "quota" => quota)
+            metrics::counter!(crate::metrics::QUOTA_REFUSALS, "client" => client, "quota" => quota.as_str())
                 .increment(1);
-            Err(ApiError::HoldQuotaExceeded { limit, detail })
+            Err(ApiError::HoldQuotaExceeded {
+                quota,
+                limit,
+                detail,
+            })
         }
         Outcome::InvalidState { current } => Err(ApiError::InvalidState { current }),
         other => Err(ApiError::StorageUnavailable(format!(

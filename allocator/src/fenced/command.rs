@@ -111,10 +111,12 @@ pub enum Outcome {
     InvalidState {
         current: ReservationStatus,
     },
-    /// The client would hold more of the SKU than its `max_held_per_sku` (`limit`) allows; it
-    /// holds `held` (for a replay: held when it was refused). The refusal is stored under the id
-    /// (V21), so a retry of the same id replays it; a new id may go through once it holds less.
+    /// The client would hold more than its `quota` (`max_held_per_sku` of the SKU, or
+    /// `max_held_units` over every SKU) allows, `limit`; it holds `held` (for a replay: held when
+    /// it was refused). The refusal is stored under the id (V21, V22), so a retry of the same id
+    /// replays it; a new id may go through once it holds less.
     HoldQuotaExceeded {
+        quota: access::Quota,
         limit: i64,
         held: i64,
         detail: String,

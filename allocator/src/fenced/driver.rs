@@ -19,14 +19,14 @@ use crate::metrics as m;
 const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity, o_expires,
                             o_epoch, o_partition, o_available, o_on_hand, o_detail
                        FROM apply_fenced_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                                               $12)";
+                                               $12, $13)";
 
 /// The same statement against the unfenced copy (negative control only, see
 /// [`crate::negative_control`]).
 const APPLY_UNFENCED: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity,
                             o_expires, o_epoch, o_partition, o_available, o_on_hand, o_detail
                        FROM apply_fenced_batch_unfenced($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                                                   $10, $11, $12)";
+                                                   $10, $11, $12, $13)";
 
 /// How often a batch is re-run when a new id it wanted to insert was inserted concurrently by
 /// another partition's owner (the id then replays, so a second attempt settles it).
@@ -104,6 +104,7 @@ pub async fn apply_function(
                     &arrays.owner,
                     &arrays.any_owner,
                     &arrays.quota,
+                    &arrays.units,
                 ],
             )
             .await;
@@ -136,8 +137,10 @@ struct Arrays<'a> {
     /// may act on every client's reservations (`admin`, or authentication off).
     owner: Vec<Option<&'a str>>,
     any_owner: Vec<bool>,
-    /// The client's `max_held_per_sku`, for reserves of clients that have one.
+    /// The client's `max_held_per_sku` and `max_held_units`, for reserves of clients that have
+    /// them.
     quota: Vec<Option<i64>>,
+    units: Vec<Option<i64>>,
 }
 
 impl<'a> Arrays<'a> {
@@ -153,6 +156,7 @@ impl<'a> Arrays<'a> {
             owner: Vec::with_capacity(total),
             any_owner: Vec::with_capacity(total),
             quota: Vec::with_capacity(total),
+            units: Vec::with_capacity(total),
             ..Default::default()
         };
         for batch in group {
@@ -194,10 +198,14 @@ impl<'a> Arrays<'a> {
                 let owner = command.owner();
                 a.owner.push(owner.client.as_deref());
                 a.any_owner.push(owner.any);
-                a.quota.push(match command {
-                    Command::Reserve { .. } => owner.held_per_sku_quota(),
-                    _ => None,
-                });
+                let (quota, units) = match command {
+                    Command::Reserve { .. } => {
+                        (owner.held_per_sku_quota(), owner.held_units_quota())
+                    }
+                    _ => (None, None),
+                };
+                a.quota.push(quota);
+                a.units.push(units);
             }
         }
         a
@@ -251,7 +259,12 @@ fn outcome(command: &Command, result: &str, row: &AnswerRow<'_>) -> Result<Outco
         "not_found" => Outcome::NotFound {
             detail: row.detail(),
         },
-        "quota" => Outcome::HoldQuotaExceeded {
+        "quota" | "quota_units" => Outcome::HoldQuotaExceeded {
+            quota: if result == "quota" {
+                access::Quota::MaxHeldPerSku
+            } else {
+                access::Quota::MaxHeldUnits
+            },
             limit: row.quantity().unwrap_or(0),
             held: row.available(),
             detail: row.detail(),

@@ -149,12 +149,13 @@ pub fn separable(group: &[PartitionBatch<'_>]) -> Vec<bool> {
         .collect()
 }
 
-/// Reserves and sweeps only, and no reserve of a client with a per-SKU hold quota: only the
-/// function decides that quota (against what the client holds, `V19__hold_quota_per_sku.sql`).
+/// Reserves and sweeps only, and no reserve of a client with a hold quota: only the function
+/// decides those (against what the client holds, `V19__hold_quota_per_sku.sql`,
+/// `V22__hold_quota_units.sql`).
 fn reserves_only(commands: &[Command]) -> bool {
     !commands.is_empty()
         && commands.iter().all(|c| match c {
-            Command::Reserve { owner, .. } => owner.held_per_sku_quota().is_none(),
+            Command::Reserve { owner, .. } => !owner.has_hold_quota(),
             Command::ExpireDue { .. } => true,
             _ => false,
         })

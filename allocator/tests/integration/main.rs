@@ -15,6 +15,7 @@ mod failover;
 mod fast_path;
 mod fencing;
 mod hardening;
+mod held_units;
 mod history;
 mod lease_exclusivity;
 mod ledger_archive;

@@ -68,22 +68,29 @@ pub fn classify_reserve(report: &mut LineReport, answer: Result<&UpstreamRespons
 /// could have held it; `422 idempotency-mismatch` means the id holds another payload, which this
 /// line never held. The problem type must match too: a `409`, `404` or `422` of another kind
 /// (from a proxy, or a refusal before the id was looked at) proves nothing. A `429
-/// quota-exceeded` naming `max_held_per_sku` is stored under the id by the partition's owner
-/// like a refusal for stock (`V21__quota_refusals_stored.sql`), so it settles the line too; any
-/// other `429` (a rate limit, `max_quantity` at an edge, which records nothing) does not.
+/// quota-exceeded` naming `max_held_per_sku` or `max_held_units` is stored under the id by the
+/// partition's owner like a refusal for stock (`V21__quota_refusals_stored.sql`,
+/// `V22__hold_quota_units.sql`), so it settles the line too; any other `429` (a rate limit,
+/// `max_quantity` at an edge, which records nothing) does not.
 fn proves_nothing_held(status: u16, problem: &Problem) -> bool {
     let kind = match status {
         409 => ProblemType::InsufficientStock,
         404 => ProblemType::NotFound,
         422 => ProblemType::IdempotencyMismatch,
-        429 if problem.quota.as_deref() == Some(MAX_HELD_PER_SKU) => ProblemType::QuotaExceeded,
+        429 if problem
+            .quota
+            .as_deref()
+            .is_some_and(|q| STORED_QUOTAS.contains(&q)) =>
+        {
+            ProblemType::QuotaExceeded
+        }
         _ => return false,
     };
     problem.kind == kind.uri()
 }
 
-/// The quota whose refusals the partition's owner stores under the reservation id.
-const MAX_HELD_PER_SKU: &str = "max_held_per_sku";
+/// The quotas whose refusals the partition's owner stores under the reservation id.
+const STORED_QUOTAS: [&str; 2] = ["max_held_per_sku", "max_held_units"];
 
 /// Classify the release answer for a line whose reserve ended as `reserved`.
 pub fn classify_release(
@@ -97,7 +104,7 @@ pub fn classify_release(
             None => Compensation::Failed,
         },
         // The id exists in a state that holds nothing releasable (expired, rejected, confirmed),
-        // or was refused by the client's max_held_per_sku and stored so (V21).
+        // or was refused by a hold quota of the client and stored so (V21, V22).
         Ok(resp) if resp.status == 409 => Compensation::NotHeld,
         Ok(resp)
             if resp.status == 429

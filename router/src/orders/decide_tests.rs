@@ -168,8 +168,9 @@ mod classify {
         }
     }
 
-    /// A `429 quota-exceeded` settles a line only when it names `max_held_per_sku` (stored under
-    /// the id by the partition's owner); `max_quantity` at an edge records nothing.
+    /// A `429 quota-exceeded` settles a line only when it names a hold quota (`max_held_per_sku`,
+    /// `max_held_units`: stored under the id by the partition's owner); `max_quantity` at an edge
+    /// records nothing.
     #[test]
     fn only_a_stored_quota_refusal_refuses_a_line() {
         let quota = |name: &str| {
@@ -187,6 +188,9 @@ mod classify {
         classify_reserve(&mut line, Ok(&quota("max_held_per_sku")));
         assert_eq!(line.outcome, LineOutcome::Refused);
         let mut line = report(0, LineOutcome::Unknown);
+        classify_reserve(&mut line, Ok(&quota("max_held_units")));
+        assert_eq!(line.outcome, LineOutcome::Refused);
+        let mut line = report(0, LineOutcome::Unknown);
         classify_reserve(&mut line, Ok(&quota("max_quantity")));
         assert_eq!(line.outcome, LineOutcome::Unknown);
         let mut line = report(0, LineOutcome::Unknown);
@@ -197,6 +201,8 @@ mod classify {
         assert_eq!(line.outcome, LineOutcome::Unknown, "no quota named");
         // A release that finds the id stored as refused by the quota: nothing is held.
         let stored = classify_release(LineOutcome::Unknown, Ok(&quota("max_held_per_sku")));
+        assert_eq!(stored, Compensation::NotHeld);
+        let stored = classify_release(LineOutcome::Unknown, Ok(&quota("max_held_units")));
         assert_eq!(stored, Compensation::NotHeld);
         let limited = classify_release(
             LineOutcome::Unknown,

@@ -12,11 +12,11 @@ use reqwest::StatusCode;
 use schema::wire::problem_type;
 use serde_json::{json, Value};
 
-use crate::common::{http, serial, Cluster};
+use crate::common::{http, serial, Cluster, TestRouter};
 
-const BUYER: &str = "buyer-token-4a6c8e0b2d1f";
-const OTHER: &str = "other-token-9d1b3f5a7c2e";
-const OPS: &str = "ops-token-6e8a0c2b4d1f";
+pub(crate) const BUYER: &str = "buyer-token-4a6c8e0b2d1f";
+pub(crate) const OTHER: &str = "other-token-9d1b3f5a7c2e";
+pub(crate) const OPS: &str = "ops-token-6e8a0c2b4d1f";
 const ROUTER: &str = "router-token-1f3b5d7a9c2e";
 
 fn auth_file(path: &Path, clients: &[(&str, &str, &str, &str)]) {
@@ -28,7 +28,18 @@ fn auth_file(path: &Path, clients: &[(&str, &str, &str, &str)]) {
 }
 
 async fn reserve(base: &str, token: &str, id: &str, quantity: i64) -> (StatusCode, Value) {
-    let body = json!({"reservation_id": id, "sku": "hot:1", "quantity": quantity});
+    reserve_sku(base, token, id, "hot:1", quantity).await
+}
+
+/// Reserve `quantity` of `sku` under `id` as the client of `token`: the status and the body.
+pub(crate) async fn reserve_sku(
+    base: &str,
+    token: &str,
+    id: &str,
+    sku: &str,
+    quantity: i64,
+) -> (StatusCode, Value) {
+    let body = json!({"reservation_id": id, "sku": sku, "quantity": quantity});
     let response = http()
         .post(format!("{base}/v1/reservations"))
         .bearer_auth(token)
@@ -40,49 +51,87 @@ async fn reserve(base: &str, token: &str, id: &str, quantity: i64) -> (StatusCod
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_reserves_through_two_routers_hold_exactly_the_quota() {
-    let _serial = serial().await;
-    let dir = tempfile::tempdir().unwrap();
-    let allocator_auth = dir.path().join("allocator-auth");
-    auth_file(&allocator_auth, &[("router-1", "router", ROUTER, "")]);
-    let router_auth = dir.path().join("router-auth");
-    auth_file(
-        &router_auth,
-        &[
-            ("buyer", "reserve", BUYER, "max_held_per_sku=3"),
-            ("other", "reserve", OTHER, ""),
-            ("ops", "reserve,admin", OPS, ""),
-        ],
-    );
-    let token_file = dir.path().join("router-token");
-    std::fs::write(&token_file, ROUTER).unwrap();
-    let env = vec![
-        (
+/// A cluster whose allocators believe only their router's token, and two routers whose auth
+/// file names `buyer` (with `buyer_options`), `other` (no quotas) and `ops` (admin).
+pub(crate) struct QuotaCluster {
+    pub cluster: Cluster,
+    pub first: TestRouter,
+    pub second: TestRouter,
+    _dir: tempfile::TempDir,
+}
+
+impl QuotaCluster {
+    pub(crate) async fn start(
+        name: &str,
+        buyer_options: &str,
+        mut env: Vec<(String, String)>,
+    ) -> QuotaCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let allocator_auth = dir.path().join("allocator-auth");
+        auth_file(&allocator_auth, &[("router-1", "router", ROUTER, "")]);
+        let router_auth = dir.path().join("router-auth");
+        auth_file(
+            &router_auth,
+            &[
+                ("buyer", "reserve", BUYER, buyer_options),
+                ("other", "reserve", OTHER, ""),
+                ("ops", "reserve,admin", OPS, ""),
+            ],
+        );
+        let token_file = dir.path().join("router-token");
+        std::fs::write(&token_file, ROUTER).unwrap();
+        env.push((
             "ALLOCATOR_AUTH_FILE".into(),
             allocator_auth.display().to_string(),
-        ),
-        ("ALLOCATOR_REQUIRE_ROUTER".into(), "true".into()),
-    ];
-    let cluster = Cluster::start_with_env("hold-quota", 2, 4, env).await;
-    let tweak = |c: &mut router::RouterConfig| {
-        c.access.auth_file = Some(router_auth.clone());
-        c.upstream_token_file = Some(token_file.clone());
-    };
-    let first = cluster.router(tweak).await;
-    let second = cluster.router(tweak).await;
-    let stock = json!({"adjustment_id": "hot-seed", "delta": 100});
+        ));
+        env.push(("ALLOCATOR_REQUIRE_ROUTER".into(), "true".into()));
+        let cluster = Cluster::start_with_env(name, 2, 4, env).await;
+        let tweak = |c: &mut router::RouterConfig| {
+            c.access.auth_file = Some(router_auth.clone());
+            c.upstream_token_file = Some(token_file.clone());
+        };
+        let first = cluster.router(tweak).await;
+        let second = cluster.router(tweak).await;
+        QuotaCluster {
+            cluster,
+            first,
+            second,
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn bases(&self) -> [String; 2] {
+        [self.first.url.clone(), self.second.url.clone()]
+    }
+
+    pub(crate) async fn stop(self) {
+        self.first.stop().await;
+        self.second.stop().await;
+    }
+}
+
+/// Stock `units` of `sku` through the router at `base`, as `ops`.
+pub(crate) async fn restock(base: &str, sku: &str, units: i64) {
+    let stock = json!({"adjustment_id": format!("{sku}-seed"), "delta": units});
     let stocked = http()
-        .post(format!("{}/v1/inventory/hot:1/adjustments", first.url))
+        .post(format!("{base}/v1/inventory/{sku}/adjustments"))
         .bearer_auth(OPS)
         .json(&stock)
         .send()
         .await
         .expect("restock");
-    assert_eq!(stocked.status(), StatusCode::CREATED);
+    assert_eq!(stocked.status(), StatusCode::CREATED, "restock {sku}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reserves_through_two_routers_hold_exactly_the_quota() {
+    let _serial = serial().await;
+    let quota = QuotaCluster::start("hold-quota", "max_held_per_sku=3", Vec::new()).await;
+    let cluster = &quota.cluster;
+    restock(&quota.first.url, "hot:1", 100).await;
 
     // 24 single-unit reserves at once, alternating between the routers.
-    let bases = [first.url.clone(), second.url.clone()];
+    let bases = quota.bases();
     let attempts = (0..24).map(|i| {
         let base = bases[i % 2].clone();
         async move { reserve(&base, BUYER, &format!("hot-{i}"), 1).await }
@@ -149,22 +198,13 @@ async fn concurrent_reserves_through_two_routers_hold_exactly_the_quota() {
     let (status, body) = reserve(&bases[1], BUYER, "hot-more", 1).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "replayed: {body}");
     assert_order_with_a_quota_refused_line_fails(&bases[0]).await;
-    first.stop().await;
-    second.stop().await;
+    quota.stop().await;
 }
 
 /// The buyer holds its quota of `hot:1`: an order of one more `hot:1` and one `hot:2` is refused
 /// as a whole (`409 order-failed`, not an undecided `503`), and its `hot:2` line is not held.
 async fn assert_order_with_a_quota_refused_line_fails(base: &str) {
-    let stock = json!({"adjustment_id": "hot2-seed", "delta": 10});
-    let stocked = http()
-        .post(format!("{base}/v1/inventory/hot:2/adjustments"))
-        .bearer_auth(OPS)
-        .json(&stock)
-        .send()
-        .await
-        .expect("restock");
-    assert_eq!(stocked.status(), StatusCode::CREATED);
+    restock(base, "hot:2", 10).await;
     let order =
         json!({"lines": [{"sku": "hot:2", "quantity": 1}, {"sku": "hot:1", "quantity": 1}]});
     let answer = http()

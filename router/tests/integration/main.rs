@@ -8,6 +8,7 @@ mod common;
 mod failover;
 mod give_up;
 mod handoff;
+mod held_units;
 mod history;
 mod hold_quota;
 mod hostile_input;
