@@ -131,7 +131,7 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
         Outcome::HoldQuotaExceeded { limit, detail, .. } => {
             let client = access::current_client().unwrap_or_default();
             let quota = access::Quota::MaxHeldPerSku.as_str();
-            metrics::counter!(crate::metrics::QUOTA_REFUSALS, "client" => client, "quota" => quota)
+            metrics::counter!(crate::metrics::ACCESS_METRICS.quota_refusals, "client" => client, "quota" => quota)
                 .increment(1);
             Err(ApiError::HoldQuotaExceeded { limit, detail })
         }
