@@ -113,6 +113,16 @@ pub enum ForwardOutcome {
 }
 
 impl ForwardOutcome {
+    /// The outcome of giving up: unknown once an attempt may have been applied, unavailable
+    /// while none can have been.
+    pub fn gave_up(maybe_applied: bool) -> ForwardOutcome {
+        if maybe_applied {
+            Self::OutcomeUnknown
+        } else {
+            Self::Unavailable
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Success => "success",
