@@ -3,7 +3,7 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::{unexpected, written, ApiError, AppState};
+use super::{refusal, written, ApiError, AppState};
 use crate::fenced::{Command, Outcome};
 use schema::history::HistoryQuery;
 use schema::partition::partition_for;
@@ -78,8 +78,6 @@ pub async fn adjust(
             available,
             replayed,
         }),
-        Outcome::Mismatch { detail } => Err(ApiError::IdempotencyMismatch(detail)),
-        Outcome::NotFound { detail } => Err(ApiError::NotFound(detail)),
-        other => Err(unexpected(other)),
+        other => Err(refusal(other)),
     }
 }

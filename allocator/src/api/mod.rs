@@ -50,9 +50,15 @@ fn written(created: bool, replayed: bool, epoch: i64, body: impl serde::Serializ
     response.json(body)
 }
 
-/// A worker outcome a route does not expect for its command (a bug, not a refusal).
-fn unexpected(outcome: Outcome) -> ApiError {
-    ApiError::StorageUnavailable(format!("unexpected outcome {}", outcome.result()))
+/// The refusals every write route answers alike: the id was used before with another request
+/// (`422 idempotency-mismatch`), or what it names does not exist (`404`). Any other outcome is one
+/// the route does not expect for its command: a bug, not a refusal.
+fn refusal(outcome: Outcome) -> ApiError {
+    match outcome {
+        Outcome::Mismatch { detail } => ApiError::IdempotencyMismatch(detail),
+        Outcome::NotFound { detail } => ApiError::NotFound(detail),
+        other => ApiError::StorageUnavailable(format!("unexpected outcome {}", other.result())),
+    }
 }
 
 /// Shared by every HTTP worker; built once, outside actix's per-worker factory.

@@ -2,7 +2,7 @@
 
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
-use super::{unexpected, written, ApiError, AppState};
+use super::{refusal, written, ApiError, AppState};
 use crate::fenced::{read_reservation, Command, Outcome, ReservationRecord};
 use schema::partition::partition_for;
 use schema::wire::{
@@ -115,8 +115,6 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
             available,
             replayed,
         }),
-        Outcome::Mismatch { detail } => Err(ApiError::IdempotencyMismatch(detail)),
-        Outcome::NotFound { detail } => Err(ApiError::NotFound(detail)),
         Outcome::HoldQuotaExceeded { limit, detail, .. } => {
             let client = access::current_client().unwrap_or_default();
             let quota = access::Quota::MaxHeldPerSku.as_str();
@@ -125,7 +123,7 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
             Err(ApiError::HoldQuotaExceeded { limit, detail })
         }
         Outcome::InvalidState { current } => Err(ApiError::InvalidState { current }),
-        other => Err(unexpected(other)),
+        other => Err(refusal(other)),
     }
 }
 
