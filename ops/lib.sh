@@ -356,6 +356,19 @@ print_header_usage() {
     awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
 }
 
+# only_help_flag FILE ARGS...: the arguments of a script (FILE) that takes none but -h/--help:
+# prints its header and exits on --help, dies naming anything else.
+only_help_flag() {
+    local script=$1 arg
+    shift
+    for arg in "$@"; do
+        case "$arg" in
+            -h | --help) print_header_usage "$script"; exit 0 ;;
+            *) die "unknown argument '$arg' (try --help)" ;;
+        esac
+    done
+}
+
 # The Prometheus package CI unpacks is pinned by version and digest, so a mirror update cannot
 # change what CI runs; a mirror that no longer has this version fails loudly here (update both
 # values together: `apt-cache show prometheus=VERSION | grep SHA256`).

@@ -35,16 +35,9 @@ pub const SETTLE_PAUSE_ENV: &str = "ALLOCATOR_FAULT_SETTLE_PAUSE_MS";
 pub async fn before_settle() {
     #[cfg(feature = "fault-hooks")]
     {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        static PAUSED_ONCE: AtomicBool = AtomicBool::new(false);
-        let pause = std::env::var(SETTLE_PAUSE_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok());
-        if let Some(ms) = pause {
-            if !PAUSED_ONCE.swap(true, Ordering::Relaxed) {
-                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-            }
-        }
+        static PAUSED_ONCE: std::sync::atomic::AtomicBool =
+            std::sync::atomic::AtomicBool::new(false);
+        pause_once(SETTLE_PAUSE_ENV, &PAUSED_ONCE).await;
     }
 }
 
@@ -57,15 +50,20 @@ pub const RELAY_PAUSE_ENV: &str = "ALLOCATOR_FAULT_RELAY_PAUSE_MS";
 pub async fn before_relay_progress() {
     #[cfg(feature = "fault-hooks")]
     {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        static PAUSED_ONCE: AtomicBool = AtomicBool::new(false);
-        let pause = std::env::var(RELAY_PAUSE_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok());
-        if let Some(ms) = pause {
-            if !PAUSED_ONCE.swap(true, Ordering::Relaxed) {
-                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-            }
+        static PAUSED_ONCE: std::sync::atomic::AtomicBool =
+            std::sync::atomic::AtomicBool::new(false);
+        pause_once(RELAY_PAUSE_ENV, &PAUSED_ONCE).await;
+    }
+}
+
+/// Sleep for the milliseconds the environment variable `env` names, the first time only
+/// (`paused` remembers it, one per hook); nothing when it is unset or not a number.
+#[cfg(feature = "fault-hooks")]
+async fn pause_once(env: &str, paused: &std::sync::atomic::AtomicBool) {
+    let pause = std::env::var(env).ok().and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = pause {
+        if !paused.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
     }
 }

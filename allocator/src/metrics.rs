@@ -1,16 +1,10 @@
 //! Every metric the allocator exports: names, labels and histogram buckets live here only.
 //! The names are a contract with `ops/prometheus/alerts.yml` and the Grafana dashboard.
-//!
-//! The exporter buffers every histogram sample until something folds the buffers into their
-//! buckets; without its HTTP listener (default features off) only a render or an explicit
-//! upkeep does that. A replica nobody scrapes would therefore grow without bound, so
-//! [`run_upkeep`] folds them on a timer of its own, independent of scrapes.
+//! The exporter itself (installing the recorder with these buckets, folding buffered histogram
+//! samples on a timer) is the one both services run: [`edge::metrics`].
 
-use std::sync::OnceLock;
-use std::time::Duration;
-
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tokio_util::sync::CancellationToken;
+use edge::metrics::Exporter;
+use metrics_exporter_prometheus::PrometheusHandle;
 
 pub const LEASES_HELD: &str = "allocator_leases_held";
 pub const LEASE_REMAINING_SECONDS: &str = "allocator_lease_remaining_seconds";
@@ -49,61 +43,26 @@ pub const WORKER_FAILURES: &str = "allocator_worker_failures_total";
 /// database still named this replica, so peers and routers need not wait for expiry.
 pub const DROPPED_LEASE_RELEASES: &str = "allocator_dropped_lease_releases_total";
 
-/// Requests by `client` (the authenticated caller, or the client a router named; `anonymous`
-/// with authentication off, `(none)` when no valid token was shown) and `outcome`: `ok`,
-/// `unauthenticated`, `forbidden`, `namespace_forbidden`, `rate_limited`, `concurrency_limited`,
-/// `quota_exceeded`. Client names come from auth files, so the label stays as small as they are.
-pub const CLIENT_REQUESTS: &str = "allocator_client_requests_total";
-/// Auth file reloads (SIGHUP) by `outcome`: `ok`, `failed` (the previous table stays).
-pub const AUTH_RELOADS: &str = "allocator_auth_reloads_total";
-/// Clients in the auth table in force.
-pub const AUTH_CLIENTS: &str = "allocator_auth_clients";
-
-/// Requests refused by a quota of the client's auth-file line, by `client` and `quota`
-/// (`max_quantity`; `max_held_per_sku` and `max_held_units` once the fenced batch decides them).
-pub const QUOTA_REFUSALS: &str = "allocator_quota_refusals_total";
-
-/// TLS certificate, key and CA reloads (SIGHUP) by `outcome`: `ok`, `failed` (the material in
-/// force stays).
-pub const TLS_RELOADS: &str = "allocator_tls_reloads_total";
-
-/// The names [`access::Gate`] records under.
+/// The names [`access::Gate`] records under (what each counts: [`access::MetricNames`]). On an
+/// allocator the `client` label is the authenticated caller, or the client a router named.
 pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
-    client_requests: CLIENT_REQUESTS,
-    auth_reloads: AUTH_RELOADS,
-    auth_clients: AUTH_CLIENTS,
-    quota_refusals: QUOTA_REFUSALS,
-    tls_reloads: TLS_RELOADS,
+    client_requests: "allocator_client_requests_total",
+    auth_reloads: "allocator_auth_reloads_total",
+    auth_clients: "allocator_auth_clients",
+    quota_refusals: "allocator_quota_refusals_total",
+    tls_reloads: "allocator_tls_reloads_total",
 };
 
-// Storage fence (DESIGN.md §13), recorded by the `storage` crate under these names.
-/// Connection attempts that reached a server the fence refused, by `cause`: `behind` (an old
-/// primary superseded by a promotion), `foreign` (another cluster, e.g. a restored copy),
-/// `not_serving` (a copy being restored).
-pub const STORAGE_REFUSALS: &str = "allocator_storage_refusals_total";
-/// Connection attempts that reached a read-only server (a standby) while looking for the primary.
-pub const STORAGE_READ_ONLY_CONNECTS: &str = "allocator_storage_read_only_connects_total";
-/// Configured servers that accept writes but are behind the newest primary: a revived old
-/// primary. Above 0 the HA manager failed to fence it.
-pub const STORAGE_STALE_WRITABLE_SERVERS: &str = "allocator_storage_stale_writable_servers";
-/// The newest WAL timeline and generation this process knows.
-pub const STORAGE_TIMELINE: &str = "allocator_storage_timeline";
-pub const STORAGE_GENERATION: &str = "allocator_storage_generation";
-/// The primary's largest standby replay lag, seconds (`pg_stat_replication.replay_lag`).
-pub const STORAGE_REPLICATION_LAG: &str = "allocator_storage_replication_lag_seconds";
-/// The primary's synchronous standbys; 0 means an acknowledged commit may exist on the primary
-/// alone.
-pub const STORAGE_SYNC_STANDBYS: &str = "allocator_storage_sync_standbys";
-
-/// The names [`storage::StorageFence`] records under.
+/// The names the storage fence (DESIGN.md §13) records under (what each counts:
+/// [`storage::MetricNames`]).
 pub const STORAGE_METRICS: storage::MetricNames = storage::MetricNames {
-    refusals: STORAGE_REFUSALS,
-    read_only_connects: STORAGE_READ_ONLY_CONNECTS,
-    stale_writable_servers: STORAGE_STALE_WRITABLE_SERVERS,
-    timeline: STORAGE_TIMELINE,
-    generation: STORAGE_GENERATION,
-    replication_lag: STORAGE_REPLICATION_LAG,
-    sync_standbys: STORAGE_SYNC_STANDBYS,
+    refusals: "allocator_storage_refusals_total",
+    read_only_connects: "allocator_storage_read_only_connects_total",
+    stale_writable_servers: "allocator_storage_stale_writable_servers",
+    timeline: "allocator_storage_timeline",
+    generation: "allocator_storage_generation",
+    replication_lag: "allocator_storage_replication_lag_seconds",
+    sync_standbys: "allocator_storage_sync_standbys",
 };
 
 /// Seconds a partition had no live owner before it was acquired (database clock): after a planned
@@ -166,10 +125,6 @@ pub const TABLE_UPDATES: &str = "allocator_table_updates";
 /// `pg_stat_user_tables.n_tup_hot_upd`, by `table`; divided by the updates, the HOT ratio.
 pub const TABLE_HOT_UPDATES: &str = "allocator_table_hot_updates";
 
-/// How often histogram samples are folded into their buckets. Bounds the buffered samples to
-/// what arrives in this period (about 0.5 MB at 1.3k requests/s), scraped or not.
-pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-
 /// Latency buckets (seconds) for HTTP requests and database transactions: sub-millisecond to the
 /// request deadline.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -183,58 +138,19 @@ const VACANCY_BUCKETS: &[f64] = &[
 /// Batch sizes: 1 (no batching) up to the default maximum of 64.
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 
-static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+/// The histograms and their buckets; the others are exported as summaries.
+const BUCKETS: &[edge::metrics::Buckets] = &[
+    (HTTP_REQUEST_DURATION, LATENCY_BUCKETS),
+    (DB_TRANSACTION_DURATION, LATENCY_BUCKETS),
+    (BATCH_SIZE, BATCH_BUCKETS),
+    (GROUP_PARTITIONS, BATCH_BUCKETS),
+    (LEASE_VACANCY, VACANCY_BUCKETS),
+];
+
+static EXPORTER: Exporter = Exporter::new(BUCKETS, None);
 
 /// Install the process-wide recorder once (tests build several applications in one process) and
 /// return the handle `/metrics` renders from.
 pub fn install() -> PrometheusHandle {
-    HANDLE
-        .get_or_init(|| {
-            let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    Matcher::Full(HTTP_REQUEST_DURATION.to_owned()),
-                    LATENCY_BUCKETS,
-                )
-                .and_then(|b| {
-                    b.set_buckets_for_metric(
-                        Matcher::Full(DB_TRANSACTION_DURATION.to_owned()),
-                        LATENCY_BUCKETS,
-                    )
-                })
-                .and_then(|b| {
-                    b.set_buckets_for_metric(Matcher::Full(BATCH_SIZE.to_owned()), BATCH_BUCKETS)
-                })
-                .and_then(|b| {
-                    b.set_buckets_for_metric(
-                        Matcher::Full(GROUP_PARTITIONS.to_owned()),
-                        BATCH_BUCKETS,
-                    )
-                })
-                .and_then(|b| {
-                    b.set_buckets_for_metric(
-                        Matcher::Full(LEASE_VACANCY.to_owned()),
-                        VACANCY_BUCKETS,
-                    )
-                })
-                .expect("static, non-empty bucket lists");
-            match builder.install_recorder() {
-                Ok(handle) => handle,
-                // Another recorder (e.g. the router's, in a shared test process) is installed;
-                // keep a private one so rendering still works.
-                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
-            }
-        })
-        .clone()
-}
-
-/// Fold buffered histogram samples every [`UPKEEP_INTERVAL`] until `shutdown` fires.
-pub async fn run_upkeep(handle: PrometheusHandle, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => handle.run_upkeep(),
-        }
-    }
+    EXPORTER.install()
 }

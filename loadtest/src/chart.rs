@@ -277,21 +277,10 @@ mod tests {
         let config = RunConfig {
             target: "http://127.0.0.1:8080".into(),
             run_id: "r<&>".into(),
-            skus: 10,
-            prefix: "p".into(),
             skew: "zipf:1.1".into(),
             concurrency: 4,
-            rate: None,
-            late_ms: 10,
             duration_secs: Some(4.0),
-            requests: None,
-            quantity: 1,
-            ttl_seconds: 3600,
-            confirm_ratio: 0.5,
-            release_ratio: 0.3,
-            order_ratio: 0.0,
-            order_lines: 2,
-            seed: 42,
+            ..RunConfig::example()
         };
         let timeline = TimelineReport {
             interval_secs: 1.0,

@@ -315,6 +315,32 @@ pub fn fmt_counts(map: &BTreeMap<String, u64>) -> String {
 }
 
 #[cfg(test)]
+impl RunConfig {
+    /// A closed-loop run's settings, for the tests that build reports.
+    pub(crate) fn example() -> RunConfig {
+        RunConfig {
+            target: "http://x".into(),
+            run_id: "r".into(),
+            skus: 10,
+            prefix: "p".into(),
+            skew: "hot:0.9".into(),
+            concurrency: 2,
+            rate: None,
+            late_ms: 10,
+            duration_secs: Some(2.0),
+            requests: None,
+            quantity: 1,
+            ttl_seconds: 3600,
+            confirm_ratio: 0.5,
+            release_ratio: 0.3,
+            order_ratio: 0.0,
+            order_lines: 2,
+            seed: 42,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::stats::bump;
@@ -340,25 +366,7 @@ mod tests {
         bump(&mut s.op("release").outcomes, "released", 2);
         bump(&mut s.op("release").attempts, "200", 2);
         s.op("release").latency.record_micros(500);
-        let config = RunConfig {
-            target: "http://x".into(),
-            run_id: "r".into(),
-            skus: 10,
-            prefix: "p".into(),
-            skew: "hot:0.9".into(),
-            concurrency: 2,
-            rate: None,
-            late_ms: 10,
-            duration_secs: Some(2.0),
-            requests: None,
-            quantity: 1,
-            ttl_seconds: 3600,
-            confirm_ratio: 0.5,
-            release_ratio: 0.3,
-            order_ratio: 0.0,
-            order_lines: 2,
-            seed: 42,
-        };
+        let config = RunConfig::example();
         let r = Report::build(
             config.clone(),
             2.0,

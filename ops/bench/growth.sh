@@ -38,12 +38,7 @@ set -euo pipefail
 # shellcheck source=ops/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-for arg in "$@"; do
-    case "$arg" in
-        -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) die "unknown argument '$arg' (try --help)" ;;
-    esac
-done
+only_help_flag "${BASH_SOURCE[0]}" "$@"
 
 HISTORY="${GROWTH_HISTORY:-2000000}"
 DURATION="${GROWTH_DURATION:-15}"

@@ -45,8 +45,6 @@ const SHUTDOWN_GRACE_SECONDS: u64 = 10;
 const UPSTREAM_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Idle upstream connections kept per allocator.
 const UPSTREAM_POOL_MAX_IDLE: usize = 64;
-/// Period of the Prometheus recorder's upkeep (draining histogram buffers).
-const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 pub struct Application {
     port: u16,
@@ -132,16 +130,6 @@ impl Application {
         }
         tracing::info!("router stopped");
         result.context("http server failed")
-    }
-}
-
-async fn metrics_upkeep(handle: PrometheusHandle, shutdown: CancellationToken) {
-    let mut ticker = tokio::time::interval(METRICS_UPKEEP_INTERVAL);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = ticker.tick() => handle.run_upkeep(),
-        }
     }
 }
 
@@ -320,7 +308,7 @@ fn start_background_tasks(
         reloadable,
         shutdown.clone(),
     )?);
-    tasks.push(tokio::spawn(metrics_upkeep(
+    tasks.push(tokio::spawn(edge::metrics::run_upkeep(
         metrics_handle.clone(),
         shutdown.clone(),
     )));

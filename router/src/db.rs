@@ -73,9 +73,8 @@ pub fn build_pool(
 
 /// Read the whole assignment map with [`schema::assignment::read_map`].
 pub async fn read_map(pool: &Pool, timeout: Duration) -> Result<PartitionMap, DbError> {
-    bounded(timeout, async {
-        let client = pool.get().await?;
-        Ok(schema::assignment::read_map(&**client).await?)
+    on_connection(pool, timeout, async |client| {
+        schema::assignment::read_map(client).await
     })
     .await
 }
@@ -86,9 +85,8 @@ pub async fn reservation_partition(
     timeout: Duration,
     id: &str,
 ) -> Result<Option<schema::assignment::ReservationPlace>, DbError> {
-    bounded(timeout, async {
-        let client = pool.get().await?;
-        Ok(schema::assignment::reservation_partition(&**client, id).await?)
+    on_connection(pool, timeout, async |client| {
+        schema::assignment::reservation_partition(client, id).await
     })
     .await
 }
@@ -98,9 +96,8 @@ pub async fn settlement_status(
     pool: &Pool,
     timeout: Duration,
 ) -> Result<schema::wire::SettlementStatus, DbError> {
-    bounded(timeout, async {
-        let client = pool.get().await?;
-        Ok(schema::settlement::read_status(&**client).await?)
+    on_connection(pool, timeout, async |client| {
+        schema::settlement::read_status(client).await
     })
     .await
 }
@@ -111,12 +108,22 @@ pub async fn events(
     timeout: Duration,
     query: schema::events::EventQuery,
 ) -> Result<Vec<schema::events::Event>, DbError> {
+    on_connection(pool, timeout, async |client| {
+        schema::events::read::stream_after(client, query.stream, query.after, query.limit).await
+    })
+    .await
+}
+
+/// Run `read` on a pooled connection; the wait for the connection and the read together are
+/// bounded by `timeout`.
+async fn on_connection<T>(
+    pool: &Pool,
+    timeout: Duration,
+    read: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T, tokio_postgres::Error>,
+) -> Result<T, DbError> {
     bounded(timeout, async {
         let client = pool.get().await?;
-        Ok(
-            schema::events::read::stream_after(&**client, query.stream, query.after, query.limit)
-                .await?,
-        )
+        Ok(read(&**client).await?)
     })
     .await
 }

@@ -3,12 +3,12 @@
 //!
 //! The Prometheus recorder is process-global; [`install`] installs it once and hands out the
 //! same handle on later calls, so several in-process routers (tests) share one registry.
-//! `/metrics` renders that handle.
+//! `/metrics` renders that handle. The exporter itself is the one both services run:
+//! [`edge::metrics`].
 
-use std::sync::OnceLock;
-
+use edge::metrics::Exporter;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 
 /// Forwarded client requests by final outcome (one per client request, not per attempt).
 /// `outcome`: see [`ForwardOutcome`].
@@ -36,64 +36,29 @@ pub const ORDERS_TOTAL: &str = "router_orders_total";
 /// and left its order undecided.
 pub const ORDER_LOCKS_LOST_TOTAL: &str = "router_order_locks_lost_total";
 
-/// Requests by `client` (the authenticated caller; `anonymous` with authentication off, `(none)`
-/// when no valid token was shown) and `outcome`: `ok`, `unauthenticated`, `forbidden`,
-/// `namespace_forbidden`, `rate_limited`, `concurrency_limited`, `quota_exceeded`. Client names
-/// come from the auth file, so the label stays as small as it is.
-pub const CLIENT_REQUESTS_TOTAL: &str = "router_client_requests_total";
-/// Auth file reloads (SIGHUP) by `outcome`: `ok`, `failed` (the previous table stays).
-pub const AUTH_RELOADS_TOTAL: &str = "router_auth_reloads_total";
-/// Clients in the auth table in force.
-pub const AUTH_CLIENTS: &str = "router_auth_clients";
 /// Answers of allocators that refused this router's own credential (`401`/`403`): a
 /// misconfigured `--upstream-token-file` or allocator auth file.
 pub const UPSTREAM_AUTH_FAILURES_TOTAL: &str = "router_upstream_auth_failures_total";
 
-/// Requests refused by a quota of the client's auth-file line, by `client` and `quota`
-/// (`max_quantity`; `max_held_per_sku` and `max_held_units` once the fenced batch decides them).
-pub const QUOTA_REFUSALS_TOTAL: &str = "router_quota_refusals_total";
-
-/// TLS certificate, key and CA reloads (SIGHUP) by `outcome`: `ok`, `failed` (the material in
-/// force stays).
-pub const TLS_RELOADS_TOTAL: &str = "router_tls_reloads_total";
-
-/// The names [`access::Gate`] records under.
+/// The names [`access::Gate`] records under (what each counts: [`access::MetricNames`]).
 pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
-    client_requests: CLIENT_REQUESTS_TOTAL,
-    auth_reloads: AUTH_RELOADS_TOTAL,
-    auth_clients: AUTH_CLIENTS,
-    quota_refusals: QUOTA_REFUSALS_TOTAL,
-    tls_reloads: TLS_RELOADS_TOTAL,
+    client_requests: "router_client_requests_total",
+    auth_reloads: "router_auth_reloads_total",
+    auth_clients: "router_auth_clients",
+    quota_refusals: "router_quota_refusals_total",
+    tls_reloads: "router_tls_reloads_total",
 };
 
-// Storage fence (DESIGN.md §13), recorded by the `storage` crate under these names.
-/// Connection attempts that reached a server the fence refused, by `cause`: `behind` (an old
-/// primary superseded by a promotion), `foreign` (another cluster, e.g. a restored copy),
-/// `not_serving` (a copy being restored).
-pub const STORAGE_REFUSALS: &str = "router_storage_refusals_total";
-/// Connection attempts that reached a read-only server (a standby) while looking for the primary.
-pub const STORAGE_READ_ONLY_CONNECTS: &str = "router_storage_read_only_connects_total";
-/// Configured servers that accept writes but are behind the newest primary: a revived old
-/// primary. Above 0 the HA manager failed to fence it.
-pub const STORAGE_STALE_WRITABLE_SERVERS: &str = "router_storage_stale_writable_servers";
-/// The newest WAL timeline and generation this process knows.
-pub const STORAGE_TIMELINE: &str = "router_storage_timeline";
-pub const STORAGE_GENERATION: &str = "router_storage_generation";
-/// The primary's largest standby replay lag, seconds (`pg_stat_replication.replay_lag`).
-pub const STORAGE_REPLICATION_LAG: &str = "router_storage_replication_lag_seconds";
-/// The primary's synchronous standbys; 0 means an acknowledged commit may exist on the primary
-/// alone.
-pub const STORAGE_SYNC_STANDBYS: &str = "router_storage_sync_standbys";
-
-/// The names [`storage::StorageFence`] records under.
+/// The names the storage fence (DESIGN.md §13) records under (what each counts:
+/// [`storage::MetricNames`]).
 pub const STORAGE_METRICS: storage::MetricNames = storage::MetricNames {
-    refusals: STORAGE_REFUSALS,
-    read_only_connects: STORAGE_READ_ONLY_CONNECTS,
-    stale_writable_servers: STORAGE_STALE_WRITABLE_SERVERS,
-    timeline: STORAGE_TIMELINE,
-    generation: STORAGE_GENERATION,
-    replication_lag: STORAGE_REPLICATION_LAG,
-    sync_standbys: STORAGE_SYNC_STANDBYS,
+    refusals: "router_storage_refusals_total",
+    read_only_connects: "router_storage_read_only_connects_total",
+    stale_writable_servers: "router_storage_stale_writable_servers",
+    timeline: "router_storage_timeline",
+    generation: "router_storage_generation",
+    replication_lag: "router_storage_replication_lag_seconds",
+    sync_standbys: "router_storage_sync_standbys",
 };
 
 /// Buckets for upstream latency: sub-millisecond local hops up to the 5 s retry deadline.
@@ -148,6 +113,16 @@ pub enum ForwardOutcome {
 }
 
 impl ForwardOutcome {
+    /// The outcome of giving up: unknown once an attempt may have been applied, unavailable
+    /// while none can have been.
+    pub fn gave_up(maybe_applied: bool) -> ForwardOutcome {
+        if maybe_applied {
+            Self::OutcomeUnknown
+        } else {
+            Self::Unavailable
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Success => "success",
@@ -159,40 +134,18 @@ impl ForwardOutcome {
     }
 }
 
-static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+/// The histograms and their buckets; the others are exported as summaries.
+const BUCKETS: &[edge::metrics::Buckets] = &[
+    (UPSTREAM_LATENCY_SECONDS, UPSTREAM_LATENCY_BUCKETS),
+    (FORWARD_DURATION_SECONDS, FORWARD_DURATION_BUCKETS),
+];
 
-/// Install the global recorder (once per process) and return its handle.
-///
-/// If another recorder was installed first (not done by this crate), a detached recorder is
-/// returned so `/metrics` still works, just without this process's other metrics.
+static EXPORTER: Exporter = Exporter::new(BUCKETS, Some(describe));
+
+/// Install the global recorder (once per process; see [`Exporter::install`]) and return its
+/// handle.
 pub fn install() -> PrometheusHandle {
-    HANDLE
-        .get_or_init(|| {
-            let builder = || {
-                PrometheusBuilder::new()
-                    .set_buckets_for_metric(
-                        Matcher::Full(UPSTREAM_LATENCY_SECONDS.to_owned()),
-                        UPSTREAM_LATENCY_BUCKETS,
-                    )
-                    .and_then(|b| {
-                        b.set_buckets_for_metric(
-                            Matcher::Full(FORWARD_DURATION_SECONDS.to_owned()),
-                            FORWARD_DURATION_BUCKETS,
-                        )
-                    })
-                    .expect("static bucket lists are non-empty")
-            };
-            let handle = match builder().install_recorder() {
-                Ok(handle) => handle,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics recorder already installed; using a detached one");
-                    builder().build_recorder().handle()
-                }
-            };
-            describe();
-            handle
-        })
-        .clone()
+    EXPORTER.install()
 }
 
 fn describe() {
@@ -224,11 +177,14 @@ fn describe() {
         "order submissions that lost their order's lock while working, by reason"
     );
     describe_counter!(
-        CLIENT_REQUESTS_TOTAL,
+        ACCESS_METRICS.client_requests,
         "requests by client and access outcome"
     );
-    describe_counter!(AUTH_RELOADS_TOTAL, "auth file reloads by outcome");
-    describe_gauge!(AUTH_CLIENTS, "clients in the auth table in force");
+    describe_counter!(ACCESS_METRICS.auth_reloads, "auth file reloads by outcome");
+    describe_gauge!(
+        ACCESS_METRICS.auth_clients,
+        "clients in the auth table in force"
+    );
     describe_counter!(
         UPSTREAM_AUTH_FAILURES_TOTAL,
         "allocator answers refusing this router's credential"

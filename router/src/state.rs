@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::HttpResponse;
 use deadpool_postgres::Pool;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::assignment_cache::AssignmentCache;
 use crate::error::RouterError;
-use crate::forward::Forwarder;
+use crate::forward::{Forwarder, UpstreamRequest};
 use crate::orders::store::OrderStore;
 
 /// Shared by all HTTP workers.
@@ -46,5 +47,11 @@ impl AppState {
             sku,
             self.partition_count()?,
         ))
+    }
+
+    /// Forward one client request to its partition's owner (retrying as the forwarder does) and
+    /// answer with what the owner answered: how every single-partition route ends.
+    pub async fn forward(&self, upstream: &UpstreamRequest) -> Result<HttpResponse, RouterError> {
+        Ok(self.forwarder.forward(upstream).await?.into_http_response())
     }
 }

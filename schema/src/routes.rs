@@ -319,6 +319,11 @@ pub fn served_by(service: Service) -> impl Iterator<Item = &'static Route> {
 mod tests {
     use super::*;
 
+    /// A route as messages name it: `POST /v1/reservations`.
+    fn name(route: &Route) -> String {
+        format!("{} {}", route.method, route.path)
+    }
+
     #[test]
     fn allow_lists_the_methods_of_a_template() {
         assert_eq!(allowed_methods(RESERVE.path).as_deref(), Some("POST"));
@@ -335,9 +340,8 @@ mod tests {
             for b in &ALL[i + 1..] {
                 assert!(
                     (a.method, a.path) != (b.method, b.path),
-                    "{} {} listed twice",
-                    a.method,
-                    a.path
+                    "{} listed twice",
+                    name(a)
                 );
             }
         }
@@ -347,15 +351,10 @@ mod tests {
     fn access_table_covers_every_route_once() {
         for route in ALL {
             let entries = ACCESS.iter().filter(|(r, _)| r == route).count();
-            assert_eq!(entries, 1, "{} {} in ACCESS", route.method, route.path);
+            assert_eq!(entries, 1, "{} in ACCESS", name(route));
         }
         for (route, _) in ACCESS {
-            assert!(
-                ALL.contains(route),
-                "{} {} not in ALL",
-                route.method,
-                route.path
-            );
+            assert!(ALL.contains(route), "{} not in ALL", name(route));
         }
     }
 
@@ -363,28 +362,16 @@ mod tests {
     fn every_route_says_where_its_skus_are() {
         for route in ALL {
             let entries: Vec<_> = SKU_IN.iter().filter(|(r, _)| r == route).collect();
-            assert_eq!(
-                entries.len(),
-                1,
-                "{} {} in SKU_IN",
-                route.method,
-                route.path
-            );
-            // A `{sku}` segment is where the SKU is; no other route reads one from the path.
-            assert_eq!(
-                route.path.contains("{sku}"),
-                entries[0].1 == SkuIn::Path,
-                "{} {}",
-                route.method,
-                route.path
-            );
-            assert_eq!(
-                route.path.contains("{reservation_id}"),
-                entries[0].1 == SkuIn::StoredReservation,
-                "{} {}",
-                route.method,
-                route.path
-            );
+            assert_eq!(entries.len(), 1, "{} in SKU_IN", name(route));
+            // A `{sku}` segment is where the SKU is, a `{reservation_id}` one means the stored
+            // reservation's; no other route reads either from the path.
+            for (segment, place) in [
+                ("{sku}", SkuIn::Path),
+                ("{reservation_id}", SkuIn::StoredReservation),
+            ] {
+                let here = entries[0].1 == place;
+                assert_eq!(route.path.contains(segment), here, "{}", name(route));
+            }
         }
         assert_eq!(sku_in("POST", Some(ADJUST.path)), Some(SkuIn::Path));
         assert_eq!(sku_in("post", Some(RESERVE.path)), Some(SkuIn::ReserveBody));
@@ -399,9 +386,8 @@ mod tests {
             assert_eq!(
                 route.access() == Access::Open,
                 is_open_path(route.path),
-                "{} {}",
-                route.method,
-                route.path
+                "{}",
+                name(route)
             );
         }
     }

@@ -17,46 +17,45 @@
 //! if configured, apply. Without the default `http` feature only the parsers ([`table`],
 //! [`policy`]) are built, which is what the fuzz targets (`allocator/access/fuzz`) link.
 
+/// Items of the `http` feature (the services' side: the gate, its middleware, TLS, reloads),
+/// under one attribute instead of one each.
+macro_rules! http_only {
+    ($($item:item)*) => {
+        $(#[cfg(feature = "http")] $item)*
+    };
+}
+
 pub mod owner;
 pub mod policy;
-pub mod table;
-
-#[cfg(feature = "http")]
-pub mod audit;
-#[cfg(feature = "http")]
-mod check;
-#[cfg(feature = "http")]
-pub mod error;
-#[cfg(feature = "http")]
-pub mod gate;
-#[cfg(feature = "http")]
-pub mod limits;
-#[cfg(feature = "http")]
-pub mod middleware;
-#[cfg(feature = "http")]
-pub mod reload;
-/// What the gate looks at in one request.
-#[cfg(feature = "http")]
-pub mod request;
 /// A service's access settings, role and metric names.
 pub mod settings;
-#[cfg(feature = "http")]
-pub mod tls;
-#[cfg(feature = "http")]
-pub mod upstream;
+pub mod table;
 
 pub use owner::Owner;
 pub use policy::{HoldQuotas, Policy, Quota};
 
-#[cfg(feature = "http")]
-pub use {
-    check::BodyCheck,
-    error::AccessError,
-    gate::{Flags, Gate, MetricNames, Role, Settings, TrustedRouter, ANONYMOUS},
-    middleware::{
-        current_client, current_hold_quotas, current_owner, current_policy, owner_visible,
-        sku_visible, with_current_client, AccessControl,
-    },
-    reload::spawn_sighup_reloader,
-    upstream::UpstreamToken,
-};
+http_only! {
+    pub mod audit;
+    mod check;
+    pub mod error;
+    pub mod gate;
+    pub mod limits;
+    pub mod middleware;
+    pub mod reload;
+    /// What the gate looks at in one request.
+    pub mod request;
+    pub mod tls;
+    pub mod upstream;
+
+    pub use {
+        check::BodyCheck,
+        error::AccessError,
+        gate::{Flags, Gate, MetricNames, Role, Settings, TrustedRouter, ANONYMOUS},
+        middleware::{
+            current_client, current_hold_quotas, current_owner, current_policy, owner_visible,
+            sku_visible, with_current_client, AccessControl,
+        },
+        reload::spawn_sighup_reloader,
+        upstream::UpstreamToken,
+    };
+}

@@ -72,18 +72,26 @@ impl Settings {
     }
 }
 
-/// Metric names of the service that owns the gate (declared in its `metrics.rs`).
+/// Metric names of the service that owns the gate (declared in its `metrics.rs`: they are a
+/// contract with the alerts and dashboards). What each counts is the same in both services.
 #[derive(Debug, Clone, Copy)]
 pub struct MetricNames {
-    /// Counter by `client` and `outcome` (`ok`, `unauthenticated`, `forbidden`, `rate_limited`,
-    /// `concurrency_limited`).
+    /// Counter: requests by `client` (the authenticated caller; `anonymous` with authentication
+    /// off, `(none)` when no valid token was shown) and `outcome`: `ok`, `unauthenticated`,
+    /// `forbidden`, `namespace_forbidden`, `rate_limited`, `concurrency_limited`,
+    /// `quota_exceeded`. Client names come from auth files, so the label stays as small as they
+    /// are.
     pub client_requests: &'static str,
-    /// Counter of auth file reloads by `outcome` (`ok`, `failed`).
+    /// Counter: auth file reloads (SIGHUP) by `outcome`: `ok`, `failed` (the previous table
+    /// stays).
     pub auth_reloads: &'static str,
-    /// Gauge: clients in the table in force.
+    /// Gauge: clients in the auth table in force.
     pub auth_clients: &'static str,
-    /// Counter of quota refusals by `client` and `quota` (`max_quantity`, ...).
+    /// Counter: requests refused by a quota of the client's auth-file line, by `client` and
+    /// `quota` (`max_quantity`; `max_held_per_sku` and `max_held_units` once the fenced batch
+    /// decides them).
     pub quota_refusals: &'static str,
-    /// Counter of TLS material reloads (SIGHUP) by `outcome` (`ok`, `failed`).
+    /// Counter: TLS certificate, key and CA reloads (SIGHUP) by `outcome`: `ok`, `failed` (the
+    /// material in force stays).
     pub tls_reloads: &'static str,
 }

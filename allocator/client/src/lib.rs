@@ -76,42 +76,35 @@
 //! Without the default `http` feature only [`backoff`] is compiled: the services' edge shares it
 //! without linking an HTTP client.
 
+/// Items of the `http` feature (the client itself), under one attribute instead of one each.
+macro_rules! http_only {
+    ($($item:item)*) => {
+        $(#[cfg(feature = "http")] $item)*
+    };
+}
+
 pub mod backoff;
 pub mod ids;
 
-#[cfg(feature = "http")]
-mod api;
-#[cfg(feature = "http")]
-mod call;
-#[cfg(feature = "http")]
-mod client;
-#[cfg(feature = "http")]
-mod error;
-#[cfg(feature = "http")]
-mod order;
-#[cfg(feature = "http")]
-pub mod retry;
-#[cfg(feature = "http")]
-mod transport;
+http_only! {
+    mod api;
+    mod call;
+    mod client;
+    mod error;
+    mod order;
+    pub mod retry;
+    mod transport;
 
-#[cfg(feature = "http")]
-pub use api::{new_adjustment, new_reservation, route_path};
-#[cfg(feature = "http")]
-pub use call::{Call, Observe, Reply};
-#[cfg(feature = "http")]
-pub use client::{BuildError, Builder, Client};
-#[cfg(feature = "http")]
-pub use error::{Error, Last};
-#[cfg(feature = "http")]
-pub use order::{OrderFailure, OrderLineReport, OrderPlaced};
-#[cfg(feature = "http")]
-pub use retry::{Attempt, FailureKind, Policy};
-#[cfg(feature = "http")]
-pub use transport::{Response, TransportError};
+    pub use api::{new_adjustment, new_reservation, route_path};
+    pub use call::{Call, Observe, Reply};
+    pub use client::{BuildError, Builder, Client};
+    pub use error::{Error, Last};
+    pub use order::{OrderFailure, OrderLineReport, OrderPlaced};
+    pub use retry::{Attempt, FailureKind, Policy};
+    pub use transport::{Response, TransportError};
 
-/// The HTTP vocabulary of [`Client::send_once`] and [`Response`].
-#[cfg(feature = "http")]
-pub use http::{HeaderMap, Method, StatusCode};
-/// The wire types of the requests and answers, re-exported so a caller needs no second import.
-#[cfg(feature = "http")]
-pub use schema::wire;
+    /// The HTTP vocabulary of [`Client::send_once`] and [`Response`].
+    pub use http::{HeaderMap, Method, StatusCode};
+    /// The wire types of the requests and answers, re-exported so a caller needs no second import.
+    pub use schema::wire;
+}

@@ -4,6 +4,8 @@
 //! * [`signals`]: waiting for SIGTERM/SIGINT to start a graceful shutdown;
 //! * [`telemetry`]: JSON logs through `tracing` (DESIGN.md §10);
 //! * [`request_id`]: the `X-Request-Id` middleware and the request's id on its task;
+//! * [`metrics`]: the Prometheus exporter, installed once with each service's bucket table, and
+//!   its upkeep timer (the metric names stay in each service's `metrics.rs`);
 //! * [`pg`]: pooled PostgreSQL sessions behind the storage fence, with the same connect timeout,
 //!   TCP keepalives and server-side statement/idle/lock timeouts in both services;
 //! * [`problem`]: problem+json answers for what never reaches a handler (a body or path that does
@@ -11,6 +13,7 @@
 //! * [`backoff`]: capped exponential backoff with jitter, and the jitter of periodic timers; the
 //!   client crate's (`allocator_client::backoff`), so services and clients wait alike.
 
+pub mod metrics;
 pub mod pg;
 pub mod problem;
 pub mod request_id;

@@ -3,11 +3,11 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::{ApiError, AppState};
+use super::{refusal, written, ApiError, AppState};
 use crate::fenced::{Command, Outcome};
 use schema::history::HistoryQuery;
 use schema::partition::partition_for;
-use schema::wire::{AdjustmentRequest, Inventory, Sku, HEADER_EPOCH, HEADER_REPLAYED};
+use schema::wire::{AdjustmentRequest, Inventory, Sku};
 
 pub async fn get(
     state: web::Data<AppState>,
@@ -70,18 +70,7 @@ pub async fn adjust(
         Outcome::Adjusted {
             adjustment,
             replayed,
-        } => {
-            let mut response = if replayed {
-                HttpResponse::Ok()
-            } else {
-                HttpResponse::Created()
-            };
-            if replayed {
-                response.insert_header((HEADER_REPLAYED, "true"));
-            }
-            response.insert_header((HEADER_EPOCH, epoch.to_string()));
-            Ok(response.json(adjustment))
-        }
+        } => Ok(written(!replayed, replayed, epoch, adjustment)),
         Outcome::ShrinkRefused {
             available,
             replayed,
@@ -89,11 +78,6 @@ pub async fn adjust(
             available,
             replayed,
         }),
-        Outcome::Mismatch { detail } => Err(ApiError::IdempotencyMismatch(detail)),
-        Outcome::NotFound { detail } => Err(ApiError::NotFound(detail)),
-        other => Err(ApiError::StorageUnavailable(format!(
-            "unexpected outcome {}",
-            other.result()
-        ))),
+        other => Err(refusal(other)),
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::dev::Service;
-use actix_web::{web, HttpRequest};
+use actix_web::{web, HttpRequest, HttpResponse};
 use deadpool_postgres::Pool;
 use futures::FutureExt;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -30,7 +30,36 @@ use edge::problem::{json_config, path_config, resource};
 pub use problem::ApiError;
 use schema::assignment;
 use schema::routes;
-use schema::wire::{HEADER_ASSIGNMENT_REVISION, HEADER_EXPECTED_EPOCH};
+use schema::wire::{
+    HEADER_ASSIGNMENT_REVISION, HEADER_EPOCH, HEADER_EXPECTED_EPOCH, HEADER_REPLAYED,
+};
+
+/// The answer to a write its partition's worker applied or replayed: `201` when this request
+/// created what it names, `200` otherwise; `Idempotent-Replayed: true` on a replay; and the epoch
+/// it was written under, so callers can tell tenures apart. The same for every write route.
+fn written(created: bool, replayed: bool, epoch: i64, body: impl serde::Serialize) -> HttpResponse {
+    let mut response = if created {
+        HttpResponse::Created()
+    } else {
+        HttpResponse::Ok()
+    };
+    if replayed {
+        response.insert_header((HEADER_REPLAYED, "true"));
+    }
+    response.insert_header((HEADER_EPOCH, epoch.to_string()));
+    response.json(body)
+}
+
+/// The refusals every write route answers alike: the id was used before with another request
+/// (`422 idempotency-mismatch`), or what it names does not exist (`404`). Any other outcome is one
+/// the route does not expect for its command: a bug, not a refusal.
+fn refusal(outcome: Outcome) -> ApiError {
+    match outcome {
+        Outcome::Mismatch { detail } => ApiError::IdempotencyMismatch(detail),
+        Outcome::NotFound { detail } => ApiError::NotFound(detail),
+        other => ApiError::StorageUnavailable(format!("unexpected outcome {}", other.result())),
+    }
+}
 
 /// Shared by every HTTP worker; built once, outside actix's per-worker factory.
 pub struct AppState {

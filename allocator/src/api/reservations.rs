@@ -2,12 +2,12 @@
 
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
-use super::{ApiError, AppState};
+use super::{refusal, written, ApiError, AppState};
 use crate::fenced::{read_reservation, Command, Outcome, ReservationRecord};
 use schema::partition::partition_for;
 use schema::wire::{
-    is_order_line_id, reserved_id_refusal, ReservationId, ReserveRequest, TtlSeconds, HEADER_EPOCH,
-    HEADER_ORDER_LINE, HEADER_REPLAYED,
+    is_order_line_id, reserved_id_refusal, ReservationId, ReserveRequest, TtlSeconds,
+    HEADER_ORDER_LINE,
 };
 
 pub async fn reserve(
@@ -107,18 +107,7 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
             reservation,
             created,
             replayed,
-        } => {
-            let mut response = if created {
-                HttpResponse::Created()
-            } else {
-                HttpResponse::Ok()
-            };
-            if replayed {
-                response.insert_header((HEADER_REPLAYED, "true"));
-            }
-            response.insert_header((HEADER_EPOCH, epoch.to_string()));
-            Ok(response.json(reservation))
-        }
+        } => Ok(written(created, replayed, epoch, reservation)),
         Outcome::InsufficientStock {
             available,
             replayed,
@@ -126,8 +115,6 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
             available,
             replayed,
         }),
-        Outcome::Mismatch { detail } => Err(ApiError::IdempotencyMismatch(detail)),
-        Outcome::NotFound { detail } => Err(ApiError::NotFound(detail)),
         Outcome::HoldQuotaExceeded {
             quota,
             limit,
@@ -135,7 +122,7 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
             ..
         } => {
             let client = access::current_client().unwrap_or_default();
-            metrics::counter!(crate::metrics::QUOTA_REFUSALS, "client" => client, "quota" => quota.as_str())
+            metrics::counter!(crate::metrics::ACCESS_METRICS.quota_refusals, "client" => client, "quota" => quota.as_str())
                 .increment(1);
             Err(ApiError::HoldQuotaExceeded {
                 quota,
@@ -144,10 +131,7 @@ fn reservation_response(outcome: Outcome, epoch: i64) -> Result<HttpResponse, Ap
             })
         }
         Outcome::InvalidState { current } => Err(ApiError::InvalidState { current }),
-        other => Err(ApiError::StorageUnavailable(format!(
-            "unexpected outcome {}",
-            other.result()
-        ))),
+        other => Err(refusal(other)),
     }
 }
 

@@ -349,10 +349,7 @@ pub(super) fn start_upkeep(
         .collect();
     let reload_task =
         access::spawn_sighup_reloader(front.access.clone(), None, reloadable, shutdown.clone())?;
-    let metrics_task = tokio::spawn(crate::metrics::run_upkeep(
-        metrics.clone(),
-        shutdown.clone(),
-    ));
+    let metrics_task = tokio::spawn(edge::metrics::run_upkeep(metrics.clone(), shutdown.clone()));
     Ok(Upkeep {
         fence_task,
         reload_task,

@@ -155,18 +155,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn archive_takes_a_time_bound_and_the_replicas_settings() {
-        let LedgerCommand::Archive(a) = ledger(&[
+    /// `allocator ledger archive` to `/archive` with `--before` as given.
+    fn archive_before(before: &str) -> Result<LedgerCommand, clap::Error> {
+        ledger(&[
             "archive",
             "--database-url",
             "postgres://x/y",
             "--to",
             "/archive",
             "--before",
-            "2025-01-31T01:00:00+01:00",
+            before,
         ])
-        .unwrap() else {
+    }
+
+    #[test]
+    fn archive_takes_a_time_bound_and_the_replicas_settings() {
+        let LedgerCommand::Archive(a) = archive_before("2025-01-31T01:00:00+01:00").unwrap() else {
             panic!("archive expected")
         };
         assert_eq!(a.to, PathBuf::from("/archive"));
@@ -180,17 +184,7 @@ mod tests {
 
     #[test]
     fn a_time_that_is_not_rfc_3339_is_refused() {
-        let err = ledger(&[
-            "archive",
-            "--database-url",
-            "postgres://x/y",
-            "--to",
-            "/archive",
-            "--before",
-            "yesterday",
-        ])
-        .unwrap_err()
-        .to_string();
+        let err = archive_before("yesterday").unwrap_err().to_string();
         assert!(err.contains("RFC 3339"), "{err}");
     }
 

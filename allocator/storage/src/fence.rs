@@ -10,24 +10,27 @@ use tokio_postgres::{Config, NoTls};
 use crate::identity::{self, Known, ServerIdentity, Verdict};
 
 /// Metric names, declared in each service's `metrics.rs` (they are a contract with the alerts).
+/// What each counts is the same in both services.
 #[derive(Debug, Clone, Copy)]
 pub struct MetricNames {
-    /// Counter, label `cause` (`behind`, `foreign`, `not_serving`): connection attempts that
-    /// reached a server the fence refused.
+    /// Counter: connection attempts that reached a server the fence refused, by `cause`:
+    /// `behind` (an old primary superseded by a promotion), `foreign` (another cluster, e.g. a
+    /// restored copy), `not_serving` (a copy being restored).
     pub refusals: &'static str,
     /// Counter: connection attempts that reached a read-only server (a standby) while looking
     /// for the primary.
     pub read_only_connects: &'static str,
-    /// Gauge: configured servers that accept writes but are behind the newest position — a
-    /// revived old primary clients can reach. Anything above 0 needs the HA manager's attention.
+    /// Gauge: configured servers that accept writes but are behind the newest primary — a
+    /// revived old primary clients can reach. Above 0 the HA manager failed to fence it.
     pub stale_writable_servers: &'static str,
-    /// Gauge: the newest timeline and generation known.
+    /// Gauge: the newest WAL timeline and generation this process knows.
     pub timeline: &'static str,
     pub generation: &'static str,
-    /// Gauge: the primary's largest standby replay lag (`pg_stat_replication.replay_lag`).
+    /// Gauge: the primary's largest standby replay lag, seconds
+    /// (`pg_stat_replication.replay_lag`).
     pub replication_lag: &'static str,
-    /// Gauge: the primary's synchronous standbys; 0 means acknowledged commits exist only on the
-    /// primary.
+    /// Gauge: the primary's synchronous standbys; 0 means an acknowledged commit may exist on
+    /// the primary alone.
     pub sync_standbys: &'static str,
 }
 

@@ -112,11 +112,7 @@ impl Forwarder {
                         // earlier attempt that may have been applied stays unknown.
                         Ok(resp) if matches!(resp.status, 401 | 403) => {
                             metrics::record_upstream_auth_failure();
-                            let outcome = if maybe_applied {
-                                ForwardOutcome::OutcomeUnknown
-                            } else {
-                                ForwardOutcome::Unavailable
-                            };
+                            let outcome = ForwardOutcome::gave_up(maybe_applied);
                             metrics::record_forward(outcome, started.elapsed().as_secs_f64());
                             tracing::error!(
                                 partition = req.partition,
@@ -210,11 +206,7 @@ impl Forwarder {
         maybe_applied: bool,
         started: Instant,
     ) -> RouterError {
-        let outcome = if maybe_applied {
-            ForwardOutcome::OutcomeUnknown
-        } else {
-            ForwardOutcome::Unavailable
-        };
+        let outcome = ForwardOutcome::gave_up(maybe_applied);
         metrics::record_forward(outcome, started.elapsed().as_secs_f64());
         tracing::warn!(
             partition = req.partition,

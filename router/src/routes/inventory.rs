@@ -18,11 +18,7 @@ pub async fn get(
     let partition = state.partition_of(&sku)?;
     let upstream =
         UpstreamRequest::get(format!("/v1/inventory/{}", encode_segment(&sku)), partition);
-    Ok(state
-        .forwarder
-        .forward(&upstream)
-        .await?
-        .into_http_response())
+    state.forward(&upstream).await
 }
 
 /// Forwarded to the SKU's owner like [`get`], with the query parsed here first: a bad `after` or
@@ -42,11 +38,7 @@ pub async fn history(
         ),
         partition,
     );
-    Ok(state
-        .forwarder
-        .forward(&upstream)
-        .await?
-        .into_http_response())
+    state.forward(&upstream).await
 }
 
 pub async fn adjust(
@@ -61,9 +53,5 @@ pub async fn adjust(
         partition,
     )
     .json(&req)?;
-    Ok(state
-        .forwarder
-        .forward(&upstream)
-        .await?
-        .into_http_response())
+    state.forward(&upstream).await
 }

@@ -30,11 +30,7 @@ pub async fn create(
     let upstream = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
         .reservation(&req.reservation_id)
         .json(&req)?;
-    Ok(state
-        .forwarder
-        .forward(&upstream)
-        .await?
-        .into_http_response())
+    state.forward(&upstream).await
 }
 
 pub async fn get(
@@ -90,9 +86,5 @@ async fn by_id(
         Some(_) => UpstreamRequest::post(path, partition),
     }
     .reservation(id);
-    Ok(state
-        .forwarder
-        .forward(&upstream)
-        .await?
-        .into_http_response())
+    state.forward(&upstream).await
 }

@@ -1,17 +1,17 @@
-//! A router's TLS towards allocators: their certificates verified against a CA file (swapped on
-//! reload by [`CurrentServerVerifier`]) and, for mutual TLS, the client certificate the router
-//! presents (swapped by [`CurrentIdentity`]).
+//! A router's TLS towards allocators: their certificates verified against a CA file (the
+//! verifier in force, swapped on reload) and, for mutual TLS, the client certificate the router
+//! presents (swapped likewise).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use rustls::{ClientConfig, SignatureScheme};
 
-use super::{certified_key, provider, read, replace, PemFile, Reload, TlsError};
+use super::{certified_key, provider, replace_optional, Current, PemFile, Reload, TlsError};
 
 /// The files of a router's upstream TLS, from the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,10 +22,7 @@ pub struct ClientTlsSettings {
     pub identity: Option<(PemFile, PemFile)>,
 }
 
-#[derive(Debug)]
-struct CurrentServerVerifier(RwLock<Arc<WebPkiServerVerifier>>);
-
-impl ServerCertVerifier for CurrentServerVerifier {
+impl ServerCertVerifier for Current<WebPkiServerVerifier> {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -34,42 +31,21 @@ impl ServerCertVerifier for CurrentServerVerifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        read(&self.0).verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        self.get()
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        read(&self.0).verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        read(&self.0).verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        read(&self.0).supported_verify_schemes()
-    }
+    delegate_signature_checks!();
 }
 
-#[derive(Debug)]
-struct CurrentIdentity(RwLock<Arc<CertifiedKey>>);
-
-impl ResolvesClientCert for CurrentIdentity {
+/// The client certificate in force, presented to every allocator that asks for one.
+impl ResolvesClientCert for Current<CertifiedKey> {
     fn resolve(
         &self,
         _root_hint_subjects: &[&[u8]],
         _sigschemes: &[SignatureScheme],
     ) -> Option<Arc<CertifiedKey>> {
-        Some(read(&self.0))
+        Some(self.get())
     }
 
     fn has_certs(&self) -> bool {
@@ -86,28 +62,35 @@ fn server_verifier(
         .map_err(|e| ca.error(e))
 }
 
+/// The router's certificate and key, when it has one.
+fn identity(
+    settings: &ClientTlsSettings,
+    provider: &CryptoProvider,
+) -> Result<Option<Arc<CertifiedKey>>, TlsError> {
+    settings
+        .identity
+        .as_ref()
+        .map(|(cert, key)| certified_key(cert, key, provider))
+        .transpose()
+}
+
 /// A router's upstream TLS material, reloadable.
 #[derive(Debug)]
 pub struct ClientTls {
     settings: ClientTlsSettings,
     provider: Arc<CryptoProvider>,
-    verifier: Arc<CurrentServerVerifier>,
-    identity: Option<Arc<CurrentIdentity>>,
+    verifier: Arc<Current<WebPkiServerVerifier>>,
+    identity: Option<Arc<Current<CertifiedKey>>>,
 }
 
 impl ClientTls {
     pub fn load(settings: ClientTlsSettings) -> Result<ClientTls, TlsError> {
         let provider = provider();
         let verifier = server_verifier(&settings.ca, &provider)?;
-        let identity = match &settings.identity {
-            Some((cert, key)) => Some(Arc::new(CurrentIdentity(RwLock::new(certified_key(
-                cert, key, &provider,
-            )?)))),
-            None => None,
-        };
+        let identity = identity(&settings, &provider)?;
         Ok(ClientTls {
-            verifier: Arc::new(CurrentServerVerifier(RwLock::new(verifier))),
-            identity,
+            verifier: Current::new(verifier),
+            identity: identity.map(Current::new),
             provider,
             settings,
         })
@@ -135,14 +118,9 @@ impl Reload for ClientTls {
 
     fn reload(&self) -> Result<(), TlsError> {
         let verifier = server_verifier(&self.settings.ca, &self.provider)?;
-        let identity = match &self.settings.identity {
-            Some((cert, key)) => Some(certified_key(cert, key, &self.provider)?),
-            None => None,
-        };
-        replace(&self.verifier.0, verifier);
-        if let (Some(identity), Some(current)) = (identity, &self.identity) {
-            replace(&current.0, identity);
-        }
+        let identity = identity(&self.settings, &self.provider)?;
+        self.verifier.replace(verifier);
+        replace_optional(&self.identity, identity);
         Ok(())
     }
 }

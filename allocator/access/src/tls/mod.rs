@@ -14,6 +14,34 @@
 //! local demo does. The crypto provider is rustls' default (aws-lc-rs), the one reqwest builds
 //! with; no OpenSSL is linked.
 
+/// The signature checks that rustls' server-side and client-side verifier traits both declare,
+/// delegated to the verifier in force (a [`Current`] one): written once for both traits.
+macro_rules! delegate_signature_checks {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            self.get().verify_tls12_signature(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            self.get().verify_tls13_signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.get().supported_verify_schemes()
+        }
+    };
+}
+
 mod client;
 mod server;
 
@@ -109,17 +137,39 @@ fn certified_key(
     Ok(Arc::new(certified))
 }
 
-/// The material in force (a poisoned lock still holds whole material: it is only ever swapped).
-fn read<T: ?Sized>(lock: &RwLock<Arc<T>>) -> Arc<T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone()
+/// Material in force behind a configuration that outlives reloads (a certificate, a verifier):
+/// read on every handshake, swapped whole on reload. A poisoned lock still holds whole material,
+/// since it is only ever swapped, so it is used as it is.
+#[derive(Debug)]
+struct Current<T: ?Sized>(RwLock<Arc<T>>);
+
+impl<T: ?Sized> Current<T> {
+    fn new(material: Arc<T>) -> Arc<Current<T>> {
+        Arc::new(Current(RwLock::new(material)))
+    }
+
+    /// The material in force.
+    fn get(&self) -> Arc<T> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn replace(&self, material: Arc<T>) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = material;
+    }
 }
 
-fn replace<T: ?Sized>(lock: &RwLock<Arc<T>>, value: Arc<T>) {
-    *lock
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = value;
+/// Swap in the material a reload read, where the configuration has a place for it (material a
+/// service started without is not added by a reload).
+fn replace_optional<T: ?Sized>(current: &Option<Arc<Current<T>>>, material: Option<Arc<T>>) {
+    if let (Some(current), Some(material)) = (current, material) {
+        current.replace(material);
+    }
 }
 
 /// A path flag as given on the command line: its name (with the environment variable) and value.

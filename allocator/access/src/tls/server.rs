@@ -1,18 +1,18 @@
-//! A service's HTTPS listener: its certificate (swapped on reload by [`CurrentCert`]) and, with a
+//! A service's HTTPS listener: its certificate (the one in force, swapped on reload) and, with a
 //! client CA, the verifier that requires every caller to present a certificate that CA signed
-//! (swapped on reload by [`CurrentClientVerifier`]).
+//! (swapped likewise).
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
+use rustls::{DistinguishedName, ServerConfig};
 
-use super::{certified_key, provider, read, replace, PemFile, Reload, TlsError};
+use super::{certified_key, provider, replace_optional, Current, PemFile, Reload, TlsError};
 
 /// The files of a listener's TLS, from the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,21 +24,15 @@ pub struct ServerTlsSettings {
 }
 
 /// The certificate in force, read on every handshake.
-#[derive(Debug)]
-struct CurrentCert(RwLock<Arc<CertifiedKey>>);
-
-impl ResolvesServerCert for CurrentCert {
+impl ResolvesServerCert for Current<CertifiedKey> {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(read(&self.0))
+        Some(self.get())
     }
 }
 
 /// The client verifier in force. It sends no CA names in its certificate request (they would
 /// have to outlive a reload); clients present the one certificate they have.
-#[derive(Debug)]
-struct CurrentClientVerifier(RwLock<Arc<dyn ClientCertVerifier>>);
-
-impl ClientCertVerifier for CurrentClientVerifier {
+impl ClientCertVerifier for Current<dyn ClientCertVerifier> {
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
         &[]
     }
@@ -49,30 +43,11 @@ impl ClientCertVerifier for CurrentClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        read(&self.0).verify_client_cert(end_entity, intermediates, now)
+        self.get()
+            .verify_client_cert(end_entity, intermediates, now)
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        read(&self.0).verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        read(&self.0).verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        read(&self.0).supported_verify_schemes()
-    }
+    delegate_signature_checks!();
 }
 
 fn client_verifier(
@@ -89,8 +64,8 @@ fn client_verifier(
 pub struct ServerTls {
     settings: ServerTlsSettings,
     provider: Arc<CryptoProvider>,
-    cert: Arc<CurrentCert>,
-    clients: Option<Arc<CurrentClientVerifier>>,
+    cert: Arc<Current<CertifiedKey>>,
+    clients: Option<Arc<Current<dyn ClientCertVerifier>>>,
 }
 
 impl ServerTls {
@@ -99,14 +74,12 @@ impl ServerTls {
         let provider = provider();
         let cert = certified_key(&settings.cert, &settings.key, &provider)?;
         let clients = match &settings.client_ca {
-            Some(ca) => Some(Arc::new(CurrentClientVerifier(RwLock::new(
-                client_verifier(ca, &provider)?,
-            )))),
+            Some(ca) => Some(client_verifier(ca, &provider)?),
             None => None,
         };
         Ok(ServerTls {
-            cert: Arc::new(CurrentCert(RwLock::new(cert))),
-            clients,
+            cert: Current::new(cert),
+            clients: clients.map(Current::new),
             provider,
             settings,
         })
@@ -151,10 +124,8 @@ impl Reload for ServerTls {
             (Some(ca), Some(_)) => Some(client_verifier(ca, &self.provider)?),
             _ => None,
         };
-        replace(&self.cert.0, cert);
-        if let (Some(verifier), Some(current)) = (verifier, &self.clients) {
-            replace(&current.0, verifier);
-        }
+        self.cert.replace(cert);
+        replace_optional(&self.clients, verifier);
         Ok(())
     }
 }
