@@ -77,6 +77,36 @@ impl Command {
 
     /// Who a command is for: recorded on the reservation or adjustment it creates. Sweeps act
     /// for no client.
+    /// The id, SKU, amount and TTL a command fills in the batch statements' parallel arrays
+    /// (both statements lay a command out the same way). A sweep has no id: it only asks that
+    /// nothing of its partition is due; its amount is its limit.
+    pub fn statement_row(&self) -> (Option<&str>, Option<&str>, i64, i32) {
+        match self {
+            Command::Reserve {
+                reservation_id,
+                sku,
+                quantity,
+                ttl_seconds,
+                ..
+            } => (
+                Some(reservation_id.as_str()),
+                Some(sku.as_str()),
+                *quantity,
+                *ttl_seconds as i32,
+            ),
+            Command::Confirm { reservation_id, .. } | Command::Release { reservation_id, .. } => {
+                (Some(reservation_id.as_str()), None, 0, 0)
+            }
+            Command::Adjust {
+                adjustment_id,
+                sku,
+                delta,
+                ..
+            } => (Some(adjustment_id.as_str()), Some(sku.as_str()), *delta, 0),
+            Command::ExpireDue { limit } => (None, None, *limit, 0),
+        }
+    }
+
     pub fn owner(&self) -> &Owner {
         match self {
             Command::Reserve { owner, .. }

@@ -51,11 +51,12 @@ pub async fn apply_group(
     client: &ClientWrapper,
     group: &[PartitionBatch<'_>],
 ) -> Result<Vec<Result<Vec<Outcome>, FencedError>>, FencedError> {
-    let Some(first) = group.first() else {
+    if group.is_empty() {
         return Ok(Vec::new());
-    };
-    let replica_id = first.fence.replica_id.as_str();
-    debug_assert!(group.iter().all(|b| b.fence.replica_id == replica_id));
+    }
+    debug_assert!(group
+        .iter()
+        .all(|b| b.fence.replica_id == group[0].fence.replica_id));
     // The negative control disables the fence in the function only, so it never takes the
     // set-based statement.
     if !crate::negative_control::enabled() && fast::eligible(group) {
@@ -164,31 +165,7 @@ impl<'a> Arrays<'a> {
             a.fence_partitions.push(partition);
             a.fence_epochs.push(batch.fence.token.epoch);
             for command in batch.commands {
-                let (id, sku, amount, ttl) = match command {
-                    Command::Reserve {
-                        reservation_id,
-                        sku,
-                        quantity,
-                        ttl_seconds,
-                        ..
-                    } => (
-                        Some(reservation_id.as_str()),
-                        Some(sku.as_str()),
-                        *quantity,
-                        *ttl_seconds as i32,
-                    ),
-                    Command::Confirm { reservation_id, .. }
-                    | Command::Release { reservation_id, .. } => {
-                        (Some(reservation_id.as_str()), None, 0, 0)
-                    }
-                    Command::Adjust {
-                        adjustment_id,
-                        sku,
-                        delta,
-                        ..
-                    } => (Some(adjustment_id.as_str()), Some(sku.as_str()), *delta, 0),
-                    Command::ExpireDue { limit } => (None, None, *limit, 0),
-                };
+                let (id, sku, amount, ttl) = command.statement_row();
                 a.partition.push(partition);
                 a.op.push(command.op());
                 a.id.push(id);

@@ -187,23 +187,10 @@ pub async fn reserve_group(
     let mut owners: Vec<Option<&str>> = Vec::with_capacity(total);
     for batch in group {
         for command in batch.commands {
-            // A sweep is a row without id: it only asks that nothing of its partition is due.
-            let (id, sku, quantity, ttl) = match command {
-                Command::Reserve {
-                    reservation_id,
-                    sku,
-                    quantity,
-                    ttl_seconds,
-                    ..
-                } => (
-                    Some(reservation_id.as_str()),
-                    Some(sku.as_str()),
-                    *quantity,
-                    *ttl_seconds as i32,
-                ),
-                Command::ExpireDue { limit } => (None, None, *limit, 0),
-                _ => return Err(malformed("the set-based statement carries reserves only")),
-            };
+            if !matches!(command, Command::Reserve { .. } | Command::ExpireDue { .. }) {
+                return Err(malformed("the set-based statement carries reserves only"));
+            }
+            let (id, sku, quantity, ttl) = command.statement_row();
             parts.push(batch.fence.token.partition as i32);
             ids.push(id);
             skus.push(sku);
