@@ -3,6 +3,7 @@
 mod api;
 mod audit;
 mod auth;
+mod auth_file;
 mod batch_equivalence;
 #[allow(dead_code)]
 mod common;
