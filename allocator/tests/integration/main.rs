@@ -1,6 +1,7 @@
 //! The allocator's integration tests, in one binary so that they link once.
 
 mod api;
+mod api_partitions;
 mod audit;
 mod auth;
 mod auth_file;
