@@ -14,6 +14,7 @@ mod events_faults;
 mod events_restarts;
 mod events_support;
 mod failover;
+mod failover_database;
 mod fast_path;
 mod fencing;
 mod hardening;
