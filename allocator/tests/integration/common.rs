@@ -8,10 +8,10 @@ use allocator::config::{AllocatorConfig, Cli, Command};
 use allocator::fenced::StockDelta;
 use clap::Parser as _;
 use reqwest::StatusCode;
-use schema::wire::{AdjustmentRequest, PartitionMap, Problem};
+use schema::wire::{AdjustmentRequest, PartitionMap, Problem, Reservation, ReserveRequest};
 use serde_json::json;
 use testkit::shared::fresh_database;
-use testkit::ApiClient;
+use testkit::{Answer, ApiClient};
 use tokio_util::sync::CancellationToken;
 
 pub const PARTITIONS: u32 = 8;
@@ -346,6 +346,25 @@ pub async fn wait_owns_all_locally(replica: &TestReplica) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// One replica, `solo`, owning every partition of a fresh database; and that database's URL.
+pub async fn single_replica() -> (TestReplica, String) {
+    let db = migrated_database(PARTITIONS).await;
+    let replica = TestReplica::start(fast_config(&db, "solo")).await;
+    wait_owns_all(&replica).await;
+    (replica, db)
+}
+
+/// Reserve `quantity` of `sku` as `id` through `api`, with the default TTL.
+pub async fn reserve(api: &ApiClient, id: &str, sku: &str, quantity: i64) -> Answer<Reservation> {
+    api.reserve(&ReserveRequest {
+        reservation_id: id.parse().expect("valid id"),
+        sku: sku.parse().expect("valid sku"),
+        quantity: quantity.try_into().expect("valid quantity"),
+        ttl_seconds: None,
+    })
+    .await
 }
 
 /// Sum of ledger deltas per column vs the inventory row; (row, ledger) for assertions. The

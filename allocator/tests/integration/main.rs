@@ -1,8 +1,10 @@
 //! The allocator's integration tests, in one binary so that they link once.
 
 mod api;
+mod api_partitions;
 mod audit;
 mod auth;
+mod auth_file;
 mod batch_equivalence;
 #[allow(dead_code)]
 mod common;
@@ -12,6 +14,7 @@ mod events_faults;
 mod events_restarts;
 mod events_support;
 mod failover;
+mod failover_database;
 mod fast_path;
 mod fencing;
 mod hardening;

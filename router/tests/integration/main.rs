@@ -6,6 +6,7 @@ mod auth_upstream;
 #[allow(dead_code)]
 mod common;
 mod failover;
+mod failover_redis;
 mod give_up;
 mod handoff;
 mod held_units;

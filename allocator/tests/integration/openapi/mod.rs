@@ -4,9 +4,9 @@
 //!
 //! * [`document`]: the document is OpenAPI 3.1, every `$ref` resolves, every schema compiles,
 //!   every error is `application/problem+json` and lists the problem types it can carry; its
-//!   operations are exactly [`schema::routes::ALL`]; every problem type of
-//!   [`schema::wire::problem_type::ALL`] and every limit of [`schema::wire::limits::ALL`] is
-//!   stated with the value the code enforces; every example matches its schema.
+//!   operations are exactly [`schema::routes::ALL`]; every example matches its schema.
+//! * [`problems_and_limits`]: every problem type of [`schema::wire::problem_type::ALL`] and
+//!   every limit of [`schema::wire::limits::ALL`] is stated with the value the code enforces.
 //! * [`document`] also checks the documents the services serve (derived from the shared one by
 //!   [`schema::openapi`]): each lists exactly its service's routes, keeps nothing marked for the
 //!   other service, and is as well-formed as the shared one.
@@ -22,6 +22,7 @@
 
 mod document;
 mod live;
+mod problems_and_limits;
 
 use serde_json::{json, Map, Value};
 
