@@ -57,7 +57,7 @@ pub(crate) struct Common {
     #[arg(long, env = "LOADTEST_BACKOFF_MAX_MS", default_value_t = 500)]
     backoff_max_ms: u64,
     /// File holding a bearer token sent with every request, for a cluster with authentication
-    /// on (the client needs the `reserve` scope, `admin` for seeding; reads need `read`).
+    /// on (the client needs the `reserve` scope, and `admin` for seeding).
     #[arg(long, env = "LOADTEST_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// Print the report as one JSON object on stdout instead of text.

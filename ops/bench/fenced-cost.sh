@@ -27,8 +27,9 @@
 #
 # Knobs (environment): COST_DURATION (10), COST_CONCURRENCY (64), COST_SKUS (10000),
 # COST_PARTITIONS (16), COST_OPEN_FRACTIONS ("0.25 0.5"), COST_DIR (.cluster/cost),
-# COST_SKIP_BUILD=1, COST_LOADTEST_ARGS (words added to every `loadtest run`, e.g. "--token-file F"
-# when the candidates run with an auth file), COST_CANDIDATES (name=flags pairs separated by ';'; default
+# COST_SKIP_BUILD=1, COST_TOKEN_FILE (a bearer token for candidates started with --auth-file: the
+# load generator and the readiness check send it; it needs the reserve and admin scopes),
+# COST_CANDIDATES (name=flags pairs separated by ';'; default
 # "set=--set-based-reserves=true;function=--set-based-reserves=false;set-2-lanes=--commit-lanes 2").
 # A candidate's flags may start with bin=PATH: that allocator binary instead of the build's, for an
 # A/B of two builds in one invocation, e.g.
@@ -47,7 +48,12 @@ PARTITIONS="${COST_PARTITIONS:-16}"
 OPEN_FRACTIONS="${COST_OPEN_FRACTIONS:-${COST_OPEN_FRACTION:-0.25 0.5}}"
 CANDIDATES="${COST_CANDIDATES:-set=--set-based-reserves=true;function=--set-based-reserves=false;set-2-lanes=--commit-lanes 2}"
 DIR="${COST_DIR:-$REPO_ROOT/.cluster/cost}"
-read -r -a LOADTEST_EXTRA <<<"${COST_LOADTEST_ARGS:-}"
+LOADTEST_EXTRA=()
+if [[ -n "${COST_TOKEN_FILE:-}" ]]; then
+    [[ -r "$COST_TOKEN_FILE" ]] || die "COST_TOKEN_FILE $COST_TOKEN_FILE is not readable"
+    LOADTEST_EXTRA=(--token-file "$COST_TOKEN_FILE")
+    export BENCH_TOKEN_FILE="$COST_TOKEN_FILE"
+fi
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 LOADTEST="$TARGET_DIR/release/loadtest"
 ALLOCATOR="$TARGET_DIR/release/allocator"

@@ -44,16 +44,18 @@ psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 # bench_start_allocator BIN DATABASE_URL REPLICA_ID FLAGS...: one replica on a free port, logging
 # to $DIR/allocator-REPLICA_ID.log; returns once it owns all PARTITIONS (ALLOC_PID, ALLOC_URL).
+# With BENCH_TOKEN_FILE set, the partition map is read with that bearer token.
 bench_start_allocator() {
-    local bin=$1 url=$2 id=$3 port
+    local bin=$1 url=$2 id=$3 port auth=()
     shift 3
+    [[ -n "${BENCH_TOKEN_FILE:-}" ]] && auth=(-H "Authorization: Bearer $(tr -d '[:space:]' <"$BENCH_TOKEN_FILE")")
     port="$(free_port)"
     RUST_LOG=warn "$bin" serve --database-url "$url" --listen "127.0.0.1:$port" \
         --replica-id "$id" "$@" >>"$DIR/allocator-$id.log" 2>&1 &
     ALLOC_PID=$!
     ALLOC_URL="http://127.0.0.1:$port"
     wait_http "$ALLOC_URL/readyz" 60 || die "allocator $id not ready"
-    until [[ "$(curl -fsS "$ALLOC_URL/v1/partitions" | jq --arg id "$id" '[.partitions[] | select(.owner_id == $id)] | length')" == "$PARTITIONS" ]]; do
+    until [[ "$(curl -fsS "${auth[@]}" "$ALLOC_URL/v1/partitions" | jq --arg id "$id" '[.partitions[] | select(.owner_id == $id)] | length')" == "$PARTITIONS" ]]; do
         sleep 0.2
     done
 }
