@@ -26,14 +26,17 @@
 ALTER TABLE reservations ADD COLUMN refused_quota_name text
     CHECK (refused_quota_name IN ('max_held_per_sku', 'max_held_units'));
 
--- The client's holds over every partition. Only held rows of a known client are in it, so a
--- hold adds one entry and leaves it when it ends (the status is in the predicate, as in
--- reservations_held_expiry, so that update writes new index entries anyway). On a database that
--- already holds many rows, build it first by hand without blocking writes:
+-- A client's holds, by SKU: the units count reads the client's prefix of it, and the per-SKU
+-- count (V19) now reads the (client, SKU) entries instead of every unexpired hold of the batch's
+-- partitions, so what a quota costs a batch follows what the client holds, not what everybody
+-- holds. Only held rows of a known client are in it, so a hold adds one entry and leaves it when
+-- it ends (the status is in the predicate, as in reservations_held_expiry, so that update writes
+-- new index entries anyway). On a database that already holds many rows, build it first by hand
+-- without blocking writes:
 --   CREATE INDEX CONCURRENTLY IF NOT EXISTS reservations_held_owner ...  (the same definition)
 -- and this migration leaves it as it is.
 CREATE INDEX IF NOT EXISTS reservations_held_owner
-    ON reservations (owner) INCLUDE (quantity, expires_at)
+    ON reservations (owner, sku) INCLUDE (quantity, expires_at)
     WHERE status = 'held' AND owner IS NOT NULL;
 
 DO $migrate$
@@ -59,6 +62,25 @@ DECLARE
         ARRAY[$o$        r_quota := r_quota || rec.refused_quota;$o$,
               $n$        r_quota := r_quota || rec.refused_quota;
         r_qname[array_length(r_id, 1)] := rec.refused_quota_name;$n$,
+              '1'],
+        -- The per-SKU count through the index above (the same rows: a SKU's holds sit in its
+        -- partition, read under its locked inventory row).
+        ARRAY[$o$            SELECT r.owner || '/' || r.sku AS key, sum(r.quantity)::bigint AS held
+              FROM reservations r
+             WHERE r.partition = ANY (ok_part) AND r.status = 'held' AND r.expires_at > t_now
+               AND r.owner || '/' || r.sku IN (
+                       SELECT u.o || '/' || u.s
+                         FROM unnest(c_owner, c_sku, c_quota) AS u(o, s, q)
+                        WHERE u.q IS NOT NULL AND u.o IS NOT NULL)
+             GROUP BY 1$o$,
+              $n$            SELECT r.owner || '/' || r.sku AS key, sum(r.quantity)::bigint AS held
+              FROM (SELECT DISTINCT u.o, u.s
+                      FROM unnest(c_owner, c_sku, c_quota) AS u(o, s, q)
+                     WHERE u.q IS NOT NULL AND u.o IS NOT NULL AND u.s IS NOT NULL) AS w
+              JOIN reservations r ON r.owner = w.o AND r.sku = w.s
+             WHERE r.status = 'held' AND r.owner IS NOT NULL AND r.expires_at > t_now
+               AND r.partition = ANY (ok_part)
+             GROUP BY 1$n$,
               '1'],
         ARRAY[$o$    -- 5. Decide every command in arrival order, in memory.$o$,
               $n$    -- V22: what the clients with max_held_units hold over every partition, unexpired.
