@@ -13,24 +13,8 @@ use serde::de::DeserializeOwned;
 
 use crate::client::Client;
 use crate::error::{Error, Last};
-use crate::retry::{self, Attempt, Ended, Policy, TokioClock};
+use crate::retry::{self, Attempt, Ended, Observe, Policy, TokioClock};
 use crate::transport::{Response, TransportError};
-
-/// Sees every attempt of a call and every retry (the load generator counts them, a test or a
-/// history records them). Both methods do nothing by default.
-pub trait Observe {
-    /// An attempt ended as `attempt`, `elapsed` after it started.
-    fn attempt(&mut self, attempt: &Attempt, elapsed: Duration) {
-        let _ = (attempt, elapsed);
-    }
-
-    /// The call waits `delay`, then tries again because of `cause`.
-    fn retry(&mut self, cause: &Attempt, delay: Duration) {
-        let _ = (cause, delay);
-    }
-}
-
-impl Observe for () {}
 
 /// A successful answer.
 #[derive(Debug, Clone)]

@@ -96,11 +96,11 @@ http_only! {
     mod transport;
 
     pub use api::{new_adjustment, new_reservation, route_path};
-    pub use call::{Call, Observe, Reply};
+    pub use call::{Call, Reply};
     pub use client::{BuildError, Builder, Client};
     pub use error::{Error, Last};
     pub use order::{OrderFailure, OrderLineReport, OrderPlaced};
-    pub use retry::{Attempt, FailureKind, Policy};
+    pub use retry::{Attempt, FailureKind, Observe, Policy};
     pub use transport::{Response, TransportError};
 
     /// The HTTP vocabulary of [`Client::send_once`] and [`Response`].

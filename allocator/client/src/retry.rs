@@ -18,7 +18,6 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::backoff::Backoff;
-use crate::call::Observe;
 
 /// How long one call may take and how it waits between attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +241,22 @@ pub struct Ended<R, E> {
     pub maybe_applied: bool,
     pub attempts: u32,
 }
+
+/// Sees every attempt of a call and every retry (the load generator counts them, a test or a
+/// history records them). Both methods do nothing by default.
+pub trait Observe {
+    /// An attempt ended as `attempt`, `elapsed` after it started.
+    fn attempt(&mut self, attempt: &Attempt, elapsed: Duration) {
+        let _ = (attempt, elapsed);
+    }
+
+    /// The call waits `delay`, then tries again because of `cause`.
+    fn retry(&mut self, cause: &Attempt, delay: Duration) {
+        let _ = (cause, delay);
+    }
+}
+
+impl Observe for () {}
 
 /// Run attempts (`attempt(timeout)`) under `policy` until one is final or time is up. `classify`
 /// tells how an attempt ended; `observe` sees every attempt and every retry.
