@@ -10,10 +10,10 @@
 use reqwest::StatusCode;
 use schema::partition::partition_for;
 use schema::wire::problem_type;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::common::{http, serial};
-use crate::hold_quota::{reserve_sku, restock, QuotaCluster, BUYER, OTHER};
+use crate::hold_quota::{assert_order_fails, reserve_sku, restock, QuotaCluster, BUYER, OTHER};
 
 /// The test clusters' partition count (`QuotaCluster`).
 const PARTITIONS: u32 = 4;
@@ -128,20 +128,7 @@ async fn max_held_units_is_exact_for_holds_in_one_partition() {
     );
 
     // An order whose line the quota refuses fails as a whole, decided, holding nothing.
-    let order =
-        json!({"lines": [{"sku": skus[3], "quantity": 1}, {"sku": skus[4], "quantity": 1}]});
-    let answer = http()
-        .post(format!("{}/v1/orders/units-order/reservations", bases[0]))
-        .bearer_auth(BUYER)
-        .json(&order)
-        .send()
-        .await
-        .expect("order");
-    let status = answer.status();
-    let body: Value = answer.json().await.unwrap_or(Value::Null);
-    assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert_eq!(body["type"], problem_type::ORDER_FAILED, "{body}");
-    assert_eq!(body["outcome_unknown"], false, "{body}");
+    assert_order_fails(&bases[0], "units-order", &[&skus[3], &skus[4]]).await;
     assert_eq!(buyer_rows(&quota).await.0, 5, "the order holds nothing");
     quota.stop().await;
 }

@@ -201,16 +201,17 @@ async fn concurrent_reserves_through_two_routers_hold_exactly_the_quota() {
     quota.stop().await;
 }
 
-/// The buyer holds its quota of `hot:1`: an order of one more `hot:1` and one `hot:2` is refused
-/// as a whole (`409 order-failed`, not an undecided `503`), and its `hot:2` line is not held.
-async fn assert_order_with_a_quota_refused_line_fails(base: &str) {
-    restock(base, "hot:2", 10).await;
-    let order =
-        json!({"lines": [{"sku": "hot:2", "quantity": 1}, {"sku": "hot:1", "quantity": 1}]});
+/// The buyer's order `order_id` of one unit of each of `skus` is refused as a whole and decided
+/// (`409 order-failed`, `outcome_unknown: false`).
+pub(crate) async fn assert_order_fails(base: &str, order_id: &str, skus: &[&str]) {
+    let lines: Vec<Value> = skus
+        .iter()
+        .map(|sku| json!({"sku": sku, "quantity": 1}))
+        .collect();
     let answer = http()
-        .post(format!("{base}/v1/orders/quota-order/reservations"))
+        .post(format!("{base}/v1/orders/{order_id}/reservations"))
         .bearer_auth(BUYER)
-        .json(&order)
+        .json(&json!({ "lines": lines }))
         .send()
         .await
         .expect("order");
@@ -219,6 +220,13 @@ async fn assert_order_with_a_quota_refused_line_fails(base: &str) {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["type"], problem_type::ORDER_FAILED, "{body}");
     assert_eq!(body["outcome_unknown"], false, "{body}");
+}
+
+/// The buyer holds its quota of `hot:1`: an order of one more `hot:1` and one `hot:2` is refused
+/// as a whole (`409 order-failed`, not an undecided `503`), and its `hot:2` line is not held.
+async fn assert_order_with_a_quota_refused_line_fails(base: &str) {
+    restock(base, "hot:2", 10).await;
+    assert_order_fails(base, "quota-order", &["hot:2", "hot:1"]).await;
     let inventory: Value = http()
         .get(format!("{base}/v1/inventory/hot:2"))
         .bearer_auth(OPS)
