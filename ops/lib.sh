@@ -90,31 +90,32 @@ pg_bin_dir() {
     printf '%s\n' "$best"
 }
 
+# first_found TEST [PATH...]: prints the first PATH that passes `test TEST` (-x: an executable,
+# -f: a file); empty PATHs are skipped. Returns 1 when none does. Each lookup below passes its
+# environment override first, so the override wins when it is usable.
+first_found() {
+    local test="$1" p
+    shift
+    for p in "$@"; do
+        if [[ -n "$p" ]] && test "$test" "$p"; then
+            printf '%s\n' "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
 # redis_server_bin: prints the redis-server executable ($ALLOCATOR_REDIS_SERVER, PATH,
 # /usr/bin/redis-server). Returns 1 when absent.
 redis_server_bin() {
-    if [[ -n "${ALLOCATOR_REDIS_SERVER:-}" && -x "$ALLOCATOR_REDIS_SERVER" ]]; then
-        printf '%s\n' "$ALLOCATOR_REDIS_SERVER"
-        return 0
-    fi
-    local p
-    p="$(command -v redis-server 2>/dev/null)" || p=""
-    [[ -z "$p" && -x /usr/bin/redis-server ]] && p=/usr/bin/redis-server
-    [[ -n "$p" ]] || return 1
-    printf '%s\n' "$p"
+    first_found -x "${ALLOCATOR_REDIS_SERVER:-}" "$(command -v redis-server 2>/dev/null)" \
+        /usr/bin/redis-server
 }
 
 # libfaketime_path: the preload library that shifts a process's wall clock (clock-skew tests).
 libfaketime_path() {
-    if [[ -n "${ALLOCATOR_LIBFAKETIME:-}" && -f "$ALLOCATOR_LIBFAKETIME" ]]; then
-        printf '%s\n' "$ALLOCATOR_LIBFAKETIME"
-        return 0
-    fi
-    local p
-    for p in /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1; do
-        [[ -f "$p" ]] && { printf '%s\n' "$p"; return 0; }
-    done
-    return 1
+    first_found -f "${ALLOCATOR_LIBFAKETIME:-}" /usr/lib/*/faketime/libfaketime.so.1 \
+        /usr/lib/faketime/libfaketime.so.1
 }
 
 _OPS_APT_UPDATED=""
@@ -416,14 +417,8 @@ promtool_bin() {
 # ($ALLOCATOR_PROMETHEUS_BIN, PATH, else the unpacked Debian package above). Returns 1 when none
 # can be had.
 prometheus_bin() {
-    if [[ -n "${ALLOCATOR_PROMETHEUS_BIN:-}" && -x "$ALLOCATOR_PROMETHEUS_BIN" ]]; then
-        printf '%s\n' "$ALLOCATOR_PROMETHEUS_BIN"
+    first_found -x "${ALLOCATOR_PROMETHEUS_BIN:-}" "$(command -v prometheus 2>/dev/null)" &&
         return 0
-    fi
-    if command -v prometheus >/dev/null 2>&1; then
-        command -v prometheus
-        return 0
-    fi
     local dir
     dir="$(_prometheus_deb_dir)" || return 1
     echo "$dir/usr/bin/prometheus"

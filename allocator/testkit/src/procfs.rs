@@ -216,13 +216,24 @@ pub(crate) fn signal(p: &ProcId, sig: Signal) {
 pub(crate) fn wait_gone(procs: &[ProcId], timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
-        if !procs.iter().any(is_alive) {
-            return true;
+        if let Some(gone) = settled(procs, deadline) {
+            return gone;
         }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(GONE_POLL);
+    }
+}
+
+const GONE_POLL: Duration = Duration::from_millis(10);
+
+/// One poll of the wait loops: `Some(true)` when every process is gone, `Some(false)` at the
+/// deadline, `None` to poll again.
+fn settled(procs: &[ProcId], deadline: Instant) -> Option<bool> {
+    if !procs.iter().any(is_alive) {
+        Some(true)
+    } else if Instant::now() >= deadline {
+        Some(false)
+    } else {
+        None
     }
 }
 
@@ -230,13 +241,10 @@ pub(crate) fn wait_gone(procs: &[ProcId], timeout: Duration) -> bool {
 pub(crate) async fn wait_gone_async(procs: &[ProcId], timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
-        if !procs.iter().any(is_alive) {
-            return true;
+        if let Some(gone) = settled(procs, deadline) {
+            return gone;
         }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(GONE_POLL).await;
     }
 }
 

@@ -31,19 +31,27 @@ impl PgServer {
     pub(super) async fn initdb(&self) -> Result<()> {
         let initdb = self.bin_dir.join("initdb");
         let mut cmd = tokio::process::Command::new(&initdb);
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "--no-sync",
-                "-E",
-                "UTF8",
-                "--locale=C",
-            ])
-            .current_dir(self.tmp.path())
+        cmd.arg("-D").arg(&self.data_dir).args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]);
+        self.run_setup_tool(cmd, &initdb).await
+    }
+
+    /// Runs one of the server's setup tools (`initdb`, `pg_basebackup`) to completion as the
+    /// server user, in a directory it can access; a failure carries the tool's output.
+    pub(super) async fn run_setup_tool(
+        &self,
+        mut cmd: tokio::process::Command,
+        tool: &Path,
+    ) -> Result<()> {
+        cmd.current_dir(self.tmp.path())
             .stdin(Stdio::null())
             .kill_on_drop(true);
         if let Some((uid, gid)) = self.run_as {
@@ -52,11 +60,11 @@ impl PgServer {
         let out = cmd
             .output()
             .await
-            .with_context(|| format!("running {}", initdb.display()))?;
+            .with_context(|| format!("running {}", tool.display()))?;
         if !out.status.success() {
             bail!(
                 "{} failed with {}:\n{}{}",
-                initdb.display(),
+                tool.display(),
                 out.status,
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)

@@ -16,7 +16,6 @@
 //! The nodes keep their ports for the whole test, so a multi-host URL (see [`ReplicatedPg::url`])
 //! names the same two addresses before and after a failover, like DNS names in production.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -299,26 +298,8 @@ impl PgServer {
             .arg(primary.port().to_string())
             .args(["-U", "postgres", "-D"])
             .arg(&self.data_dir)
-            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
-            .current_dir(self.tmp.path())
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        if let Some((uid, gid)) = self.run_as {
-            cmd.uid(uid.as_raw()).gid(gid.as_raw());
-        }
-        let out = cmd
-            .output()
-            .await
-            .with_context(|| format!("running {}", tool.display()))?;
-        if !out.status.success() {
-            bail!(
-                "{} failed with {}:\n{}",
-                tool.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]);
+        self.run_setup_tool(cmd, &tool).await
     }
 
     /// Sets `synchronous_standby_names`: `Some` on a running server (`ALTER SYSTEM` and a
