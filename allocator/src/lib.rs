@@ -44,6 +44,7 @@ pub mod replica;
 pub mod retention;
 pub mod sessions;
 pub mod settlement;
+pub mod shard;
 pub mod singleton;
 pub mod work;
 pub mod worker;

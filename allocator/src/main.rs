@@ -14,25 +14,20 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Migrate(args) => {
-            let mut client = allocator::sessions::connect(&args.database_url).await?;
-            let options = schema::InitOptions {
-                partitions: args.partitions,
-                ledger_partition_span: args
-                    .ledger_partition_span_secs
-                    .map(std::time::Duration::from_secs),
-            };
-            let report = schema::initialise_with(&mut client, options).await?;
-            tracing::info!(
-                applied = ?report.applied,
-                partition_count = report.partition_count,
-                created_cluster = report.created_cluster,
-                "schema ready"
-            );
-            println!(
-                "schema ready: {} partitions, {} migration(s) applied",
-                report.partition_count,
-                report.applied.len()
-            );
+            for (shard, report) in allocator::shard::migrate(&args).await? {
+                tracing::info!(
+                    %shard,
+                    applied = ?report.applied,
+                    partition_count = report.partition_count,
+                    created_cluster = report.created_cluster,
+                    "schema ready"
+                );
+                println!(
+                    "schema ready: {} partitions, {} migration(s) applied (shard {shard})",
+                    report.partition_count,
+                    report.applied.len()
+                );
+            }
             Ok(())
         }
         Command::Ledger(args) => allocator::retention::command::run(args).await,

@@ -39,8 +39,13 @@ pub async fn read_map<C: GenericClient>(client: &C) -> Result<PartitionMap, toki
         .await?;
     let partitions: Vec<PartitionAssignment> = rows.iter().map(assignment_from_row).collect();
     let revision = partitions.iter().map(|p| p.revision).max().unwrap_or(0);
+    // The cluster's count, not the rows': a shard holds the lease rows of its partitions only.
+    let count = client
+        .query_opt("SELECT partition_count FROM cluster_settings", &[])
+        .await?
+        .map_or(partitions.len() as u32, |r| r.get::<_, i32>(0) as u32);
     Ok(PartitionMap {
-        partition_count: partitions.len() as u32,
+        partition_count: count,
         revision,
         partitions,
     })

@@ -11,6 +11,8 @@
 //! * [`assignment`]: the partition → owner map as read from PostgreSQL and the reservation →
 //!   partition lookup (feature `postgres`, like [`migrate`]).
 //! * [`settlement`]: the settlement job's status (feature `postgres`).
+//! * [`shard`]: which PostgreSQL primary (shard) holds each partition: the catalog's map and
+//!   each shard's own record, which must agree.
 //! * [`hint`]: the assignment change hints published on Redis, and their channel.
 //! * [`events`]: the change events (the ledger as an outbox) and their JSON Schemas; reading
 //!   them from PostgreSQL with feature `postgres`.
@@ -34,10 +36,11 @@ pub mod path;
 pub mod routes;
 #[cfg(feature = "postgres")]
 pub mod settlement;
+pub mod shard;
 pub mod wire;
 
 #[cfg(feature = "postgres")]
 pub use migrate::{
     initialise, initialise_with, partition_count, InitOptions, MigrationReport, SchemaError,
-    MAX_PARTITIONS, SETTLEMENT_LEASE,
+    ShardRole, DEFAULT_PARTITIONS, MAX_PARTITIONS, SETTLEMENT_LEASE,
 };

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
+use crate::shard::{self, ShardError, ShardMap, ShardName};
+
 mod embedded {
     refinery::embed_migrations!("migrations");
 }
@@ -24,6 +26,9 @@ const MIGRATION_LOCK_KEY: i64 = 0x4645_4E43_4544_4D47;
 
 /// Name of the singleton settlement job lease.
 pub const SETTLEMENT_LEASE: &str = "job/settlement";
+
+/// Partition count of a new cluster when none is given.
+pub const DEFAULT_PARTITIONS: u32 = 64;
 
 /// Largest partition count the schema accepts.
 pub const MAX_PARTITIONS: u32 = 4096;
@@ -44,15 +49,30 @@ pub enum SchemaError {
     NotInitialised,
     #[error("the ledger's partition span must be a whole number of seconds, at least 1")]
     InvalidLedgerSpan,
+    #[error("{0}")]
+    Shard(#[from] ShardError),
 }
 
 /// What [`initialise_with`] sets up.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct InitOptions {
     /// Partition count for a new cluster; `None`: the existing one, or 64.
     pub partitions: Option<u32>,
     /// Span of each ledger time partition; `None`: the existing one, or 1 day.
     pub ledger_partition_span: Option<Duration>,
+    /// Which shard this database is; `None`: the one it already is, or, for a new database, the
+    /// one shard [`crate::shard::DEFAULT_SHARD`] holding every partition, its own catalog.
+    pub shard: Option<ShardRole>,
+}
+
+/// A database's place in a cluster of several shards (`allocator migrate --shard`).
+#[derive(Debug, Clone)]
+pub struct ShardRole {
+    pub name: ShardName,
+    /// The catalog's map; the shard's partitions are those it names for `name`.
+    pub map: ShardMap,
+    /// Whether this database is the catalog (it then stores `map`).
+    pub catalog: bool,
 }
 
 /// What [`initialise`] did, for the operator's log.
@@ -75,7 +95,7 @@ pub async fn initialise(
         client,
         InitOptions {
             partitions: requested_partitions,
-            ledger_partition_span: None,
+            ..InitOptions::default()
         },
     )
     .await
@@ -101,7 +121,7 @@ pub async fn initialise_with(
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
         .await?;
-    let result = initialise_locked(client, requested_partitions, span).await;
+    let result = initialise_locked(client, requested_partitions, span, options.shard).await;
     // Unlock even when migrating failed; the session ending would also release it.
     let unlock = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
@@ -115,6 +135,7 @@ async fn initialise_locked(
     client: &mut Client,
     requested_partitions: Option<u32>,
     ledger_span_secs: Option<i64>,
+    shard_role: Option<ShardRole>,
 ) -> Result<MigrationReport, SchemaError> {
     // V17 reads the span of the partitions it creates from this session setting.
     if let Some(secs) = ledger_span_secs {
@@ -145,7 +166,7 @@ async fn initialise_locked(
         }
         (Some(existing), _) => (existing, false),
         (None, requested) => {
-            let p = requested.unwrap_or(64);
+            let p = requested.unwrap_or(DEFAULT_PARTITIONS);
             client
                 .execute(
                     "INSERT INTO cluster_settings (partition_count) VALUES ($1)",
@@ -155,14 +176,7 @@ async fn initialise_locked(
             (p, true)
         }
     };
-    client
-        .execute(
-            "INSERT INTO leases (name, partition)
-             SELECT 'partition/' || g, g FROM generate_series(0, $1::int - 1) AS g
-             ON CONFLICT (name) DO NOTHING",
-            &[&(partition_count as i32)],
-        )
-        .await?;
+    settle_shard_record(client, partition_count, shard_role).await?;
     client
         .execute(
             "INSERT INTO leases (name) VALUES ($1) ON CONFLICT (name) DO NOTHING",
@@ -202,6 +216,63 @@ async fn initialise_locked(
     })
 }
 
+/// Give a new database its shard record and the lease rows of its partitions (the catalog also
+/// its map), or check an existing record against the role it is migrated as. Either way the
+/// record must then agree with the map: a database already holding lease rows of partitions the
+/// map places elsewhere (a one-database cluster migrated as one of several shards) is refused.
+async fn settle_shard_record(
+    client: &mut Client,
+    partition_count: u32,
+    role: Option<ShardRole>,
+) -> Result<(), SchemaError> {
+    let existing = shard::store::read_record(&*client).await?;
+    let role = match (existing, role) {
+        (Some(_), None) => return Ok(()),
+        (Some(record), Some(role)) if record.shard != role.name => {
+            return Err(ShardError::NameMismatch {
+                configured: role.name.to_string(),
+                found: record.shard.to_string(),
+            }
+            .into())
+        }
+        (existing, role) => (
+            existing.is_none(),
+            role.unwrap_or(ShardRole {
+                name: ShardName::default_shard(),
+                map: ShardMap::plan(vec![ShardName::default_shard()], partition_count)?,
+                catalog: true,
+            }),
+        ),
+    };
+    let (create, role) = role;
+    if role.map.partition_count() != partition_count {
+        return Err(SchemaError::PartitionCountMismatch {
+            existing: partition_count,
+            requested: role.map.partition_count(),
+        });
+    }
+    // One transaction: a new record that would disagree with the map is never committed.
+    let tx = client.transaction().await?;
+    if create {
+        let partitions = role.map.partitions_of(&role.name);
+        shard::store::create_record(&tx, &role.name, role.catalog, &partitions).await?;
+        if role.catalog {
+            shard::store::create_map(&tx, &role.map).await?;
+        }
+    }
+    let record = shard::store::read_record(&tx)
+        .await?
+        .ok_or(SchemaError::NotInitialised)?;
+    role.map.check_record(&record)?;
+    if role.catalog {
+        if let Some(stored) = shard::store::read_map(&tx).await? {
+            stored.check_shards(role.map.shards())?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
 async fn read_partition_count(client: &Client) -> Result<Option<u32>, SchemaError> {
     let row = client
         .query_opt("SELECT partition_count FROM cluster_settings", &[])
@@ -210,7 +281,9 @@ async fn read_partition_count(client: &Client) -> Result<Option<u32>, SchemaErro
 }
 
 /// The cluster's partition count; fails when `allocator migrate` has not run yet.
-pub async fn partition_count(client: &Client) -> Result<u32, SchemaError> {
+pub async fn partition_count<C: tokio_postgres::GenericClient>(
+    client: &C,
+) -> Result<u32, SchemaError> {
     match client
         .query_opt(
             "SELECT partition_count FROM cluster_settings WHERE EXISTS \

@@ -208,6 +208,7 @@ async fn an_archived_and_pruned_history_checks_clean() {
     let options = schema::InitOptions {
         partitions: Some(1),
         ledger_partition_span: Some(Duration::from_secs(1)),
+        ..Default::default()
     };
     schema::initialise_with(&mut pg, options).await.unwrap();
     let mut history = Vec::new();

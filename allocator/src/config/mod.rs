@@ -46,8 +46,13 @@ pub enum Command {
 
 #[derive(Debug, Clone, Args)]
 pub struct MigrateArgs {
-    #[arg(long, env = "DATABASE_URL")]
-    pub database_url: String,
+    /// The one database of a one-shard cluster (the default shard `main`).
+    #[arg(long, env = "DATABASE_URL", required_unless_present = "shards")]
+    pub database_url: Option<String>,
+    /// A shard of a cluster over several databases, as `NAME=URL`; repeat it for every shard,
+    /// the catalog (which stores the shard map) first. Replaces `--database-url`.
+    #[arg(long = "shard", value_name = "NAME=URL")]
+    pub shards: Vec<schema::shard::ShardTarget>,
     /// Partition count for a new cluster (default 64); must match an existing cluster's.
     #[arg(long, env = "ALLOCATOR_PARTITIONS")]
     pub partitions: Option<u32>,
@@ -60,8 +65,14 @@ pub struct MigrateArgs {
 /// The `serve` command line as typed; [`AllocatorConfig::try_from`] validates it.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
+    /// The primary of the shard this replica serves (of the cluster's one database by default).
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
+    /// The catalog database, which holds the shard map; needed when `--database-url` is a shard
+    /// other than the catalog. The replica refuses to start when the map disagrees with the
+    /// partitions its shard holds.
+    #[arg(long, env = "ALLOCATOR_CATALOG_URL")]
+    pub catalog_url: Option<String>,
     #[arg(long, env = "ALLOCATOR_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Unique, stable name of this replica; a restart under the same id may re-take its leases
@@ -213,6 +224,8 @@ pub struct ServeArgs {
 #[derive(Debug, Clone)]
 pub struct AllocatorConfig {
     pub database_url: String,
+    /// `None`: the shard is its own catalog.
+    pub catalog_url: Option<String>,
     pub listen: SocketAddr,
     pub replica_id: String,
     /// `None` advertises `http://<bound listen address>` (`https://` with [`Self::tls`]).
@@ -288,6 +301,7 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
         };
         let config = AllocatorConfig {
             database_url: args.database_url,
+            catalog_url: args.catalog_url.filter(|u| !u.is_empty()),
             listen: args.listen,
             replica_id: args.replica_id,
             advertise_url: args.advertise_url.filter(|u| !u.is_empty()),

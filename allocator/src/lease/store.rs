@@ -201,6 +201,7 @@ pub async fn release_dropped<C: GenericClient>(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CampaignView {
     pub live_replicas: u32,
+    /// The partitions this shard holds (its partition lease rows), shared by its replicas.
     pub partition_count: u32,
     /// Partitions nobody holds right now (unheld or expired), by the database clock.
     pub free: Vec<u32>,
@@ -230,7 +231,7 @@ pub async fn heartbeat_and_view<C: GenericClient>(
     let row = client
         .query_one(
             "SELECT (SELECT count(*) FROM replicas WHERE expires_at > now()),
-                    (SELECT partition_count FROM cluster_settings),
+                    (SELECT count(*)::int FROM leases WHERE partition IS NOT NULL),
                     (SELECT coalesce(array_agg(partition ORDER BY partition), '{}')
                        FROM leases
                       WHERE partition IS NOT NULL

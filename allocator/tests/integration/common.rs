@@ -37,6 +37,7 @@ pub async fn migrated_database_with_span(partitions: u32, span_secs: u64) -> Str
     let options = schema::InitOptions {
         partitions: Some(partitions),
         ledger_partition_span: Some(Duration::from_secs(span_secs)),
+        ..Default::default()
     };
     schema::initialise_with(&mut client, options)
         .await

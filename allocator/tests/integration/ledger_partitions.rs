@@ -102,6 +102,7 @@ async fn a_populated_ledger_is_converted_with_every_row_and_column() {
     let options = schema::InitOptions {
         partitions: None,
         ledger_partition_span: Some(Duration::from_secs(3600)),
+        ..Default::default()
     };
     schema::initialise_with(&mut pg, options)
         .await

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::template::Template;
+use super::shards::{shard_name, ExtraShard};
 use super::{Cluster, RedisHost, Storage};
 use crate::{cargo_bin, PgServer, RedisServer, ReplicatedPg, Replication};
 
@@ -42,6 +43,7 @@ pub struct ClusterBuilder {
     allocators: usize,
     routers: usize,
     partitions: u32,
+    shards: usize,
     database: Database,
     db_name: Option<String>,
     pg_settings: Vec<(String, String)>,
@@ -62,6 +64,7 @@ impl Default for ClusterBuilder {
             allocators: 1,
             routers: 0,
             partitions: 16,
+            shards: 1,
             database: Database::Private,
             db_name: None,
             pg_settings: Vec::new(),
@@ -106,6 +109,13 @@ impl ClusterBuilder {
 
     pub fn partitions(mut self, n: u32) -> Self {
         self.partitions = n;
+        self
+    }
+
+    /// Spread the partitions over `n` shards: the cluster's database is shard `s0` (the
+    /// catalog), and each further shard gets a private PostgreSQL of its own (see `shards`).
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = n.max(1);
         self
     }
 
@@ -258,14 +268,15 @@ impl ClusterBuilder {
             Storage::External => database_name(&db_url),
             _ => db_name,
         };
-        if self.migrate {
-            migrate(
-                &self.template.allocator_bin,
-                &db_url,
-                self.partitions,
-                &self.migrate_args,
-                &log_dir,
-            )?;
+        let mut extra_shards = Vec::new();
+        for index in 1..self.shards {
+            let server = PgServer::start_with(self.pg_settings.clone()).await?;
+            let url = server.create_database(&db_name).await?;
+            extra_shards.push(ExtraShard {
+                name: shard_name(index),
+                url,
+                server,
+            });
         }
         let redis = match &self.redis {
             Redis::Private => RedisHost::Private(RedisServer::start().await?),
@@ -276,6 +287,7 @@ impl ClusterBuilder {
             db_url,
             db_name,
             pg,
+            extra_shards,
             redis,
             allocators: Vec::new(),
             routers: Vec::new(),
@@ -284,6 +296,19 @@ impl ClusterBuilder {
             template: self.template,
             temporary_logs,
         };
+        if self.migrate {
+            let target = match cluster.shard_args() {
+                none if none.is_empty() => vec!["--database-url".to_owned(), cluster.db_url.clone()],
+                shards => shards,
+            };
+            migrate(
+                &cluster.template.allocator_bin,
+                &target,
+                self.partitions,
+                &self.migrate_args,
+                &cluster.log_dir,
+            )?;
+        }
         for i in 0..self.allocators {
             cluster.spawn_allocator(&format!("alloc-{}", self.first_id + i))?;
         }
@@ -301,7 +326,7 @@ impl ClusterBuilder {
 /// `allocator migrate`, its output appended to `migrate.log` in `log_dir`.
 fn migrate(
     bin: &Path,
-    db_url: &str,
+    target: &[String],
     partitions: u32,
     args: &[String],
     log_dir: &Path,
@@ -312,7 +337,9 @@ fn migrate(
         .append(true)
         .open(&log_path)?;
     let status = Command::new(bin)
-        .args(["migrate", "--database-url", db_url, "--partitions"])
+        .arg("migrate")
+        .args(target)
+        .arg("--partitions")
         .arg(partitions.to_string())
         .args(args)
         .env("RUST_LOG", "warn")

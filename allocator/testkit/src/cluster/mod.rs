@@ -17,19 +17,20 @@ mod builder;
 mod prometheus;
 mod ready;
 mod service;
+mod shards;
 mod template;
 mod timings;
 
 pub use self::builder::{ClusterBuilder, Database, Redis};
 pub use self::prometheus::Prometheus;
 pub use self::service::{Role, Service};
+pub use self::shards::{shard_name, ExtraShard};
 pub use self::timings::ShortTimings;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use schema::wire::PartitionMap;
 
 use crate::{PgServer, RedisServer, ReplicatedPg, TcpProxy};
 
@@ -130,6 +131,19 @@ impl RedisHost {
     }
 }
 
+/// A client of the database at `url`, its connection driven by a task of its own.
+async fn connect(url: &str) -> Result<tokio_postgres::Client> {
+    let (client, connection) = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_postgres::connect(url, tokio_postgres::NoTls),
+    )
+    .await
+    .map_err(|_| anyhow!("connecting to {url} timed out"))?
+    .with_context(|| format!("connecting to {url}"))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
 /// A running cluster; see the module documentation.
 pub struct Cluster {
     pub partitions: u32,
@@ -138,6 +152,9 @@ pub struct Cluster {
     /// The database's name on its server(s).
     pub db_name: String,
     pub pg: Storage,
+    /// Shards beyond `pg` (shard `s0`, the catalog), each on a private server; empty for a
+    /// one-database cluster ([`ClusterBuilder::shards`]).
+    pub extra_shards: Vec<ExtraShard>,
     pub redis: RedisHost,
     pub allocators: Vec<Service>,
     pub routers: Vec<Service>,
@@ -214,20 +231,7 @@ impl Cluster {
             Some(server) => server.url_for(&self.db_name),
             None => self.db_url.clone(),
         };
-        let (client, connection) = tokio::time::timeout(
-            Duration::from_secs(10),
-            tokio_postgres::connect(&url, tokio_postgres::NoTls),
-        )
-        .await
-        .map_err(|_| anyhow!("connecting to {url} timed out"))?
-        .with_context(|| format!("connecting to {url}"))?;
-        tokio::spawn(connection);
-        Ok(client)
-    }
-
-    /// The partition map as PostgreSQL has it now.
-    pub async fn map(&self) -> Result<PartitionMap> {
-        Ok(schema::assignment::read_map(&self.db().await?).await?)
+        connect(&url).await
     }
 
     /// `(host:port, id)` of every running allocator, e.g. for Prometheus targets.

@@ -35,7 +35,14 @@ impl Template {
         url: String,
     ) -> Result<Service> {
         let mut proxies = Vec::new();
-        let database_url = if self.proxies {
+        let shards = cluster.shard_urls();
+        let shard = cluster.allocator_shard(id);
+        let database_url = if !shards.is_empty() {
+            if self.proxies {
+                bail!("proxies are not set up for a cluster of several shards");
+            }
+            shards[shard].1.clone()
+        } else if self.proxies {
             let servers = cluster.pg.servers();
             if servers.is_empty() {
                 bail!("proxies need a database server of the cluster's own");
@@ -67,6 +74,9 @@ impl Template {
         ]
         .map(str::to_owned)
         .into();
+        if shard > 0 {
+            args.extend(["--catalog-url".to_owned(), cluster.db_url.clone()]);
+        }
         args.extend(self.allocator_args.iter().cloned());
         Ok(self.service(cluster, Role::Allocator, id, port, url, args, proxies))
     }
@@ -75,8 +85,6 @@ impl Template {
     pub(super) fn router(&self, cluster: &Cluster, id: &str, port: u16) -> Result<Service> {
         let mut args: Vec<String> = [
             "serve",
-            "--database-url",
-            &cluster.db_url,
             "--redis-url",
             &cluster.redis.url(),
             "--listen",
@@ -84,6 +92,13 @@ impl Template {
         ]
         .map(str::to_owned)
         .into();
+        // Every shard, the catalog first; or the one database.
+        match cluster.shard_args() {
+            none if none.is_empty() => {
+                args.extend(["--database-url".to_owned(), cluster.db_url.clone()])
+            }
+            shards => args.extend(shards),
+        }
         args.extend(self.router_args.iter().cloned());
         let url = format!("http://127.0.0.1:{port}");
         Ok(self.service(cluster, Role::Router, id, port, url, args, Vec::new()))

@@ -1,0 +1,97 @@
+//! The allocator's side of shards (DESIGN.md §12): `allocator migrate` over every shard, and the
+//! check that refuses to serve a shard whose record disagrees with the catalog's map.
+//!
+//! An allocator serves one shard: its `--database-url` is that shard's primary, it campaigns for
+//! the partitions whose lease rows the shard holds, and its jobs (settlement, retention, the event
+//! relay) run on that shard's rows. A cluster over several shards runs a group of allocators per
+//! shard, the way a per-shard tablet serves one database behind a router that knows them all; a
+//! stopped or slow shard then stops only its own partitions.
+
+use schema::shard::{self, ShardMap, ShardName, ShardTarget};
+use schema::{InitOptions, MigrationReport, ShardRole};
+
+use crate::config::MigrateArgs;
+
+/// `allocator migrate`: one database (`--database-url`, the default shard `main`), or every
+/// `--shard NAME=URL` in order, the first being the catalog. A new catalog's map gives each shard
+/// a contiguous range of partitions; an existing one must name exactly the shards given.
+pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<Vec<(ShardName, MigrationReport)>> {
+    let options = |shard| InitOptions {
+        partitions: args.partitions,
+        ledger_partition_span: args
+            .ledger_partition_span_secs
+            .map(std::time::Duration::from_secs),
+        shard,
+    };
+    if args.shards.is_empty() {
+        let url = args
+            .database_url
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("give --database-url or at least one --shard"))?;
+        let mut client = crate::sessions::connect(url).await?;
+        let report = schema::initialise_with(&mut client, options(None)).await?;
+        let name = match shard::store::read_record(&client).await? {
+            Some(record) => record.shard,
+            None => ShardName::default_shard(),
+        };
+        return Ok(vec![(name, report)]);
+    }
+    let names = shard::target_names(&args.shards)?;
+    let mut catalog = crate::sessions::connect(&args.shards[0].url).await?;
+    let map = match shard::store::read_map_if_migrated(&catalog).await? {
+        Some(map) => {
+            map.check_shards(&names)?;
+            map
+        }
+        None => {
+            let count = args.partitions.unwrap_or(schema::DEFAULT_PARTITIONS);
+            ShardMap::plan(names.clone(), count)?
+        }
+    };
+    let mut reports = Vec::with_capacity(args.shards.len());
+    for (index, ShardTarget { name, url }) in args.shards.iter().enumerate() {
+        let role = ShardRole {
+            name: name.clone(),
+            map: map.clone(),
+            catalog: index == 0,
+        };
+        let mut opts = options(Some(role));
+        opts.partitions = Some(map.partition_count());
+        let report = if index == 0 {
+            schema::initialise_with(&mut catalog, opts).await?
+        } else {
+            let mut client = crate::sessions::connect(url).await?;
+            schema::initialise_with(&mut client, opts).await?
+        };
+        reports.push((name.clone(), report));
+    }
+    Ok(reports)
+}
+
+/// At start: this shard's record, checked against the catalog's map (on this database when it
+/// is the catalog, else on `catalog_url`). Returns the shard's name and its partitions.
+pub async fn check_at_start(
+    shard_db: &tokio_postgres::Client,
+    catalog_url: Option<&str>,
+) -> anyhow::Result<schema::shard::ShardRecord> {
+    let record = shard::store::read_record(shard_db)
+        .await?
+        .ok_or(schema::SchemaError::NotInitialised)?;
+    let map = if record.catalog {
+        shard::store::read_map(shard_db).await?
+    } else {
+        let url = catalog_url.ok_or_else(|| {
+            anyhow::anyhow!(
+                "this database is shard {}, not the catalog: give --catalog-url",
+                record.shard
+            )
+        })?;
+        let catalog = crate::sessions::connect(url).await?;
+        shard::store::read_map(&catalog).await?
+    };
+    let map = map.ok_or_else(|| {
+        anyhow::anyhow!("the catalog holds no shard map: run `allocator migrate` first")
+    })?;
+    map.check_record(&record)?;
+    Ok(record)
+}

@@ -1,0 +1,97 @@
+//! A cluster over several PostgreSQL primaries (DESIGN.md §12): the cluster's own database is
+//! shard `s0` and the catalog; each further shard is a private [`PgServer`] of its own, so a test
+//! can stop, freeze or cut off one shard while the others serve.
+//!
+//! Allocators are spread over the shards by their place in the cluster (allocator `i` serves shard
+//! `i mod S`, and a restart under the same id keeps its shard); routers are given every shard.
+
+use anyhow::{bail, Result};
+use schema::wire::PartitionMap;
+
+use super::Cluster;
+use crate::PgServer;
+
+/// One shard beyond the cluster's own database.
+#[derive(Debug)]
+pub struct ExtraShard {
+    pub name: String,
+    pub url: String,
+    pub server: PgServer,
+}
+
+/// The name of shard `index` in a cluster of several.
+pub fn shard_name(index: usize) -> String {
+    format!("s{index}")
+}
+
+impl Cluster {
+    /// How many shards the cluster has (1: its one database, the default shard `main`).
+    pub fn shard_count(&self) -> usize {
+        1 + self.extra_shards.len()
+    }
+
+    /// `(name, url)` of every shard, the catalog first; empty for a one-database cluster, whose
+    /// services are started without shard flags.
+    pub fn shard_urls(&self) -> Vec<(String, String)> {
+        if self.extra_shards.is_empty() {
+            return Vec::new();
+        }
+        std::iter::once((shard_name(0), self.db_url.clone()))
+            .chain(
+                self.extra_shards
+                    .iter()
+                    .map(|s| (s.name.clone(), s.url.clone())),
+            )
+            .collect()
+    }
+
+    /// `--shard NAME=URL` for every shard (the catalog first), for `migrate` and routers.
+    pub fn shard_args(&self) -> Vec<String> {
+        self.shard_urls()
+            .into_iter()
+            .flat_map(|(name, url)| ["--shard".to_owned(), format!("{name}={url}")])
+            .collect()
+    }
+
+    /// The shard allocator `id` serves: its place among the allocators (the next place for a
+    /// new id), modulo the shard count.
+    pub fn allocator_shard(&self, id: &str) -> usize {
+        let place = self
+            .allocators
+            .iter()
+            .position(|a| a.id == id)
+            .unwrap_or(self.allocators.len());
+        place % self.shard_count()
+    }
+
+    /// The extra shard `index` (1 or more); shard 0 is the cluster's own database.
+    pub fn shard_mut(&mut self, index: usize) -> Result<&mut ExtraShard> {
+        match index.checked_sub(1).and_then(|i| self.extra_shards.get_mut(i)) {
+            Some(shard) => Ok(shard),
+            None => bail!("the cluster has no extra shard {index}"),
+        }
+    }
+
+    /// A client of shard `index` (0: [`Cluster::db`]).
+    pub async fn shard_db(&self, index: usize) -> Result<tokio_postgres::Client> {
+        match index {
+            0 => self.db().await,
+            i => match self.extra_shards.get(i - 1) {
+                Some(shard) => super::connect(&shard.url).await,
+                None => bail!("the cluster has no shard {index}"),
+            },
+        }
+    }
+
+    /// The partition map as the shards have it now, merged (each partition from its shard).
+    pub async fn map(&self) -> Result<PartitionMap> {
+        let mut map = schema::assignment::read_map(&self.db().await?).await?;
+        for shard in 1..self.shard_count() {
+            let part = schema::assignment::read_map(&self.shard_db(shard).await?).await?;
+            map.revision = map.revision.max(part.revision);
+            map.partitions.extend(part.partitions);
+        }
+        map.partitions.sort_by_key(|p| p.partition);
+        Ok(map)
+    }
+}
