@@ -38,6 +38,15 @@ pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<Vec<(ShardName, Migra
     }
     let names = shard::target_names(&args.shards)?;
     let mut catalog = crate::sessions::connect(&args.shards[0].url).await?;
+    if let Ok(Some(record)) = shard::store::read_record(&catalog).await {
+        if !record.catalog {
+            anyhow::bail!(
+                "{} is shard {}, not the catalog: give the catalog's --shard first",
+                args.shards[0].name,
+                record.shard
+            );
+        }
+    }
     let map = match shard::store::read_map_if_migrated(&catalog).await? {
         Some(map) => {
             map.check_shards(&names)?;

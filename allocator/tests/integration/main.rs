@@ -36,6 +36,7 @@ mod retention_support;
 mod settlement;
 mod settlement_support;
 mod settlement_takeover;
+mod shards;
 mod tenants;
 mod tenures;
 mod testkit_smoke;
