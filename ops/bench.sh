@@ -22,6 +22,15 @@
 #                             zipf rows, direct and routed, and open loop zipf routed at
 #                             BENCH_COMPARE_RATE; prints both, the ratios, and what the relay
 #                             published and still lagged at the end
+#   ops/bench.sh --shards     the cost of spreading partitions over two PostgreSQL primaries, in
+#                             one invocation: two clusters of the current build, each with two
+#                             allocators and one router, on one shard (baseline) and on two
+#                             (`CLUSTER_SHARDS=2`, current, a private durable server per shard);
+#                             BENCH_ROUNDS rounds alternate them on routed zipf and uniform rows
+#                             and open loop zipf at BENCH_COMPARE_RATE; prints both and the ratios
+#                             (PostgreSQL CPU summed over the shards' servers, allocator CPU over
+#                             both allocators). On one machine the figure is the overhead of the
+#                             split, not the gain of a second machine
 #   ops/bench.sh growth [--help]
 #                             whether a reserve's cost grows with history, and table sizes under
 #                             a short idempotency horizon: ops/bench/growth.sh (its own knobs)
@@ -69,6 +78,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SHORT=""
 COMPARE=""
 RELAY=""
+SHARDS_AB=""
 while (($#)); do
     case "$1" in
         growth) shift; exec "$OPS_DIR/bench/growth.sh" "$@" ;;
@@ -79,6 +89,7 @@ while (($#)); do
             shift
             ;;
         --relay) RELAY=1 ;;
+        --shards) SHARDS_AB=1 ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         *) die "unknown argument '$1' (try --help)" ;;
     esac
@@ -185,10 +196,11 @@ START=$SECONDS
 # allocator and one router in $BENCH_DIR/NAME; sets the cluster's globals (use_cluster).
 start_cluster() {
     local name=$1 state="$BENCH_DIR/$1"
-    step "cluster $name: private durable PostgreSQL, private Redis, 1 allocator, 1 router ($PARTITIONS partitions)"
+    step "cluster $name: private durable PostgreSQL (${BENCH_SHARDS:-1} shard(s)), private Redis, ${BENCH_ALLOCATORS:-1} allocator(s), 1 router ($PARTITIONS partitions)"
     CLUSTERS+=("$state")
     if ! run_child env CLUSTER_DIR="$state" CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 \
-        CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATORS=1 CLUSTER_ROUTERS=1 CLUSTER_PARTITIONS="$PARTITIONS" \
+        CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATORS="${BENCH_ALLOCATORS:-1}" CLUSTER_ROUTERS=1 \
+        CLUSTER_SHARDS="${BENCH_SHARDS:-1}" CLUSTER_PARTITIONS="$PARTITIONS" \
         CLUSTER_ALLOCATOR_BIN="$2" CLUSTER_ROUTER_BIN="$3" \
         CLUSTER_READY_TIMEOUT=60 CLUSTER_MAP_TIMEOUT=30 "$OPS_DIR/cluster.sh" up >"$BENCH_DIR/$name.up.log" 2>&1; then
         tail -n 25 "$BENCH_DIR/$name.up.log" >&2 || true
@@ -223,6 +235,19 @@ use_cluster() {
         [[ "${!v}" =~ ^[0-9]+$ ]] && pid_alive "${!v}" || die "cannot find cluster $1's $v"
     done
     WATCH=("postgres=$PG_PID" "allocator=$ALLOC_PID" "router=$ROUTER_PID")
+    # More shards' servers and more allocators: named postgres-sN and allocator-N, summed with
+    # the first one's in every row.
+    local file pid
+    for file in "$state"/run/postgres-s*.pid "$state"/run/alloc-[2-9]*.pid; do
+        [[ -f "$file" ]] || continue
+        pid="$(head -n1 "$file")"
+        pid_alive "$pid" || die "cluster $1: ${file##*/} is not running"
+        case "${file##*/}" in
+            postgres-*) WATCH+=("postgres-$(basename "$file" .pid | cut -d- -f2)=$pid") ;;
+            alloc-*) WATCH+=("allocator-$(basename "$file" .pid | cut -d- -f2)=$pid") ;;
+        esac
+    done
+    read -r -a SHARD_LIST <<<"${SHARD_URLS:-}"
 }
 
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
@@ -230,6 +255,8 @@ ALLOCATOR_BIN="${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}"
 ROUTER_BIN="${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"
 if [[ -n "$RELAY" ]]; then
     CLUSTER_ALLOCATOR_ARGS="${CLUSTER_ALLOCATOR_ARGS:-} --events true" start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
+elif [[ -n "$SHARDS_AB" ]]; then
+    BENCH_SHARDS=2 BENCH_ALLOCATORS=2 start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
 else
     start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
 fi
@@ -302,10 +329,20 @@ pgbench_row() {
 
 # --- allocator and router ------------------------------------------------------------------------
 
-# seed PREFIX SKUS: fresh SKUs straight into PostgreSQL.
+# seed PREFIX SKUS: fresh SKUs straight into PostgreSQL; on a cluster of several shards each
+# SKU into the shard of its partition (the catalog's plan: contiguous ranges, schema::shard).
 seed() {
-    "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" \
-        | psql_db "$DATABASE_URL" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
+    if ((${#SHARD_LIST[@]} < 2)); then
+        "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" \
+            | psql_db "$DATABASE_URL" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
+        return
+    fi
+    local rows="$BENCH_DIR/seed.csv" i
+    "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" >"$rows"
+    for i in "${!SHARD_LIST[@]}"; do
+        awk -F, -v s="$i" -v n="${#SHARD_LIST[@]}" -v p="$PARTITIONS" 'int($2 * n / p) == s' "$rows" \
+            | psql_db "${SHARD_LIST[$i]#*=}" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
+    done
 }
 
 # loadtest_row SYSTEM WORKLOAD [FRACTION RATE]: seed, run (closed loop, or open loop at RATE),
@@ -342,7 +379,8 @@ loadtest_row() {
         >"$BENCH_DIR/$name.txt" 2>"$BENCH_DIR/$name.err" || rc=$?
     if [[ -s "$BENCH_DIR/$name.json" ]] && ((rc == 0 || rc == 1)); then
         jq -r --arg s "$system" --arg l "$label" --arg w "$workload" --arg load "$load" --arg f "$fraction" '
-            def us($n): ((.cpu.processes // [])[] | select(.name == $n) | .us_per_op) // "-";
+            def us($n): [(.cpu.processes // [])[] | select(.name == $n or (.name | startswith($n + "-"))) | .us_per_op]
+                | if length == 0 then "-" else add end;
             [$s, $l, $w, $load, $f,
             .reserves_per_sec, .ops.reserve.latency.p50_ms, .ops.reserve.latency.p99_ms, .ops.reserve.latency.p999_ms,
             us("postgres"), us("allocator"), us("router"), us("loadtest"),
@@ -359,7 +397,7 @@ loadtest_row() {
 
 ROW_N=0
 VARIANT=""
-if [[ -n "$COMPARE" || -n "$RELAY" ]]; then
+if [[ -n "$COMPARE" || -n "$RELAY" || -n "$SHARDS_AB" ]]; then
     # shellcheck source=ops/bench/ab.sh
     source "$BENCH_SQL/ab.sh"
     ab_run

@@ -11,6 +11,11 @@ ab_run() {
         BASE_LOADTEST=$LOADTEST
         NAMES="relay off,relay on"
         ABOUT="The change-event relay off (baseline) and on (current), same build"
+    elif [[ -n "$SHARDS_AB" ]]; then
+        BENCH_ALLOCATORS=2 start_cluster baseline "$ALLOCATOR_BIN" "$ROUTER_BIN"
+        BASE_LOADTEST=$LOADTEST
+        NAMES="1 shard,2 shards"
+        ABOUT="Partitions on one PostgreSQL primary (baseline) and on two (current), same build, 2 allocators each"
     else
         start_cluster baseline "$COMPARE/allocator" "$COMPARE/router"
         BASE_LOADTEST="$COMPARE/loadtest"
@@ -22,6 +27,12 @@ ab_run() {
             use_cluster "$([[ $VARIANT == current ]] && echo cluster || echo baseline)"
             LOADTEST="$([[ $VARIANT == current ]] && echo "$CURRENT_LOADTEST" || echo "$BASE_LOADTEST")"
             step "round $round, $VARIANT"
+            if [[ -n "$SHARDS_AB" ]]; then
+                loadtest_row router zipf
+                loadtest_row router uniform
+                loadtest_row router zipf open "$COMPARE_RATE"
+                continue
+            fi
             if [[ -n "$RELAY" ]]; then
                 loadtest_row allocator hot
                 loadtest_row router hot
@@ -37,7 +48,11 @@ ab_run() {
     TABLE="$BENCH_DIR/compare.md"
     {
         echo "$ABOUT, $ROUNDS rounds alternating, ${DURATION}s per row,"
-        echo "each on its own cluster (durable private PostgreSQL, 1 allocator, 1 router, $PARTITIONS partitions)."
+        if [[ -n "$SHARDS_AB" ]]; then
+            echo "each on its own cluster (durable private PostgreSQL per shard, 2 allocators, 1 router, $PARTITIONS partitions)."
+        else
+            echo "each on its own cluster (durable private PostgreSQL, 1 allocator, 1 router, $PARTITIONS partitions)."
+        fi
         if [[ -n "$RELAY" ]]; then
             use_cluster cluster
             echo

@@ -121,8 +121,38 @@ impl TestCluster {
         .await
     }
 
+    /// `replicas` allocators over `shards` private PostgreSQL servers (allocator `i` on shard
+    /// `i mod shards`), so that a test may stop or freeze any of them.
+    pub async fn start_sharded(
+        name: &str,
+        shards: usize,
+        replicas: usize,
+        partitions: u32,
+    ) -> Cluster {
+        Self::start_in_shards(
+            Database::Private,
+            shards,
+            name,
+            replicas,
+            partitions,
+            Vec::new(),
+        )
+        .await
+    }
+
     async fn start_in(
         database: Database,
+        name: &str,
+        replicas: usize,
+        partitions: u32,
+        allocator_env: Vec<(String, String)>,
+    ) -> Cluster {
+        Self::start_in_shards(database, 1, name, replicas, partitions, allocator_env).await
+    }
+
+    async fn start_in_shards(
+        database: Database,
+        shards: usize,
         name: &str,
         replicas: usize,
         partitions: u32,
@@ -131,6 +161,7 @@ impl TestCluster {
         let inner = testkit::Cluster::builder()
             .name(name)
             .database(database)
+            .shards(shards)
             .partitions(partitions)
             .allocators(0)
             .allocator_bin(&allocator_bin())

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::template::Template;
 use super::shards::{shard_name, ExtraShard};
+use super::template::Template;
 use super::{Cluster, RedisHost, Storage};
 use crate::{cargo_bin, PgServer, RedisServer, ReplicatedPg, Replication};
 
@@ -298,7 +298,9 @@ impl ClusterBuilder {
         };
         if self.migrate {
             let target = match cluster.shard_args() {
-                none if none.is_empty() => vec!["--database-url".to_owned(), cluster.db_url.clone()],
+                none if none.is_empty() => {
+                    vec!["--database-url".to_owned(), cluster.db_url.clone()]
+                }
                 shards => shards,
             };
             migrate(

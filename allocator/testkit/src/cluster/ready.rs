@@ -71,7 +71,10 @@ impl Cluster {
         let deadline = Instant::now() + timeout;
         let client = self.db().await?;
         loop {
-            let map = schema::assignment::read_map(&client).await?;
+            let map = match self.shard_count() {
+                1 => schema::assignment::read_map(&client).await?,
+                _ => self.map().await?,
+            };
             if pred(&map) {
                 return Ok(map);
             }

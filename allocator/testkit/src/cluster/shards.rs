@@ -66,7 +66,10 @@ impl Cluster {
 
     /// The extra shard `index` (1 or more); shard 0 is the cluster's own database.
     pub fn shard_mut(&mut self, index: usize) -> Result<&mut ExtraShard> {
-        match index.checked_sub(1).and_then(|i| self.extra_shards.get_mut(i)) {
+        match index
+            .checked_sub(1)
+            .and_then(|i| self.extra_shards.get_mut(i))
+        {
             Some(shard) => Ok(shard),
             None => bail!("the cluster has no extra shard {index}"),
         }

@@ -37,13 +37,14 @@ impl Template {
         let mut proxies = Vec::new();
         let shards = cluster.shard_urls();
         let shard = cluster.allocator_shard(id);
-        let database_url = if !shards.is_empty() {
-            if self.proxies {
-                bail!("proxies are not set up for a cluster of several shards");
-            }
+        let database_url = if !shards.is_empty() && !self.proxies {
             shards[shard].1.clone()
         } else if self.proxies {
-            let servers = cluster.pg.servers();
+            // The servers of the allocator's shard: the cluster's own for shard 0.
+            let servers = match shard {
+                0 => cluster.pg.servers(),
+                i => vec![&cluster.extra_shards[i - 1].server],
+            };
             if servers.is_empty() {
                 bail!("proxies need a database server of the cluster's own");
             }

@@ -71,6 +71,11 @@ pub struct UpArgs {
     partitions: u32,
     #[arg(long, env = "CLUSTER_ALLOCATORS", default_value_t = 3)]
     allocators: usize,
+    /// Spread the partitions over this many PostgreSQL primaries (DESIGN.md §12): the cluster's
+    /// database is shard s0, the catalog; every further shard is a private server of its own.
+    /// Allocator i serves shard i mod N; routers get every shard.
+    #[arg(long, env = "CLUSTER_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    shards: u16,
     #[arg(long, env = "CLUSTER_ROUTERS", default_value_t = 2)]
     routers: usize,
     /// Only PostgreSQL and Redis: no migration, no allocator, no router.

@@ -146,6 +146,10 @@ pub fn write(dir: &Path, cluster: &mut Cluster) -> Result<()> {
     if let Some(server) = cluster.pg.primary() {
         std::fs::write(run.join("postgres.pid"), format!("{}\n", server.pid()))?;
     }
+    for shard in &cluster.extra_shards {
+        let pidfile = run.join(format!("postgres-{}.pid", shard.name));
+        std::fs::write(pidfile, format!("{}\n", shard.server.pid()))?;
+    }
     if let Some(pid) = cluster.redis.pid() {
         std::fs::write(run.join("redis.pid"), format!("{pid}\n"))?;
     }
@@ -154,7 +158,8 @@ pub fn write(dir: &Path, cluster: &mut Cluster) -> Result<()> {
     let mut dirs: Vec<PathBuf> = cluster
         .pg
         .servers()
-        .iter()
+        .into_iter()
+        .chain(cluster.extra_shards.iter().map(|s| &s.server))
         .filter_map(|s| s.data_dir().parent().map(Path::to_path_buf))
         .collect();
     if let Ok(server) = cluster.redis.server() {
@@ -163,8 +168,16 @@ pub fn write(dir: &Path, cluster: &mut Cluster) -> Result<()> {
     let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     std::fs::write(run.join("server-dirs"), dirs.join("\n"))?;
     let services = format!(
-        "export DATABASE_URL={}\nexport REDIS_URL={}\nexport CLUSTER_PG_MODE={}\nexport CLUSTER_REDIS_MODE={}\n",
+        "export DATABASE_URL={}\nexport SHARD_URLS={}\nexport REDIS_URL={}\nexport CLUSTER_PG_MODE={}\nexport CLUSTER_REDIS_MODE={}\n",
         quoted(&cluster.db_url),
+        quoted(
+            &cluster
+                .shard_urls()
+                .iter()
+                .map(|(name, url)| format!("{name}={url}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
         quoted(&cluster.redis.url()),
         pg_mode(cluster),
         redis_mode(cluster),

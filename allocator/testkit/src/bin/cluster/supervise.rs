@@ -194,8 +194,8 @@ async fn start(dir: &Path, args: &UpArgs) -> Result<Cluster> {
         |name: &str| -> Result<PathBuf> { Ok(std::env::current_exe()?.with_file_name(name)) };
     let split = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
     eprintln!(
-        "starting PostgreSQL, Redis, {allocators} allocators and {routers} routers ({} partitions)",
-        args.partitions
+        "starting PostgreSQL ({} shard(s)), Redis, {allocators} allocators and {routers} routers ({} partitions)",
+        args.shards, args.partitions
     );
     let cluster = Cluster::builder()
         .name("cluster")
@@ -204,6 +204,7 @@ async fn start(dir: &Path, args: &UpArgs) -> Result<Cluster> {
         .pg_settings(pg_settings(args)?)
         .redis(redis)
         .partitions(args.partitions)
+        .shards(usize::from(args.shards))
         .allocators(allocators)
         .routers(routers)
         .migrate(!args.services_only)
