@@ -132,8 +132,8 @@ impl Storage {
             if let Err(error) = crate::retention::partitions::upkeep(&**client).await {
                 tracing::warn!(error = %crate::error::describe(&error), "ledger partition upkeep failed");
             }
-            let shard = crate::shard::check_at_start(&client, config.catalog_url.as_deref())
-                .await?;
+            let shard =
+                crate::shard::check_at_start(&client, config.catalog_url.as_deref()).await?;
             tracing::info!(shard = %shard.shard, partitions = ?shard.partitions, "serving shard");
             schema::partition_count(&**client).await?
         };

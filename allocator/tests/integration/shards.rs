@@ -85,13 +85,18 @@ async fn migrate_over_two_shards_gives_each_its_partitions_and_the_catalog_the_m
         database_url: Some(b.clone()),
         ..args(&[], None)
     };
-    allocator::shard::migrate(&alone).await.expect("shard alone");
+    allocator::shard::migrate(&alone)
+        .await
+        .expect("shard alone");
     assert_eq!(record(&b).await, rb);
 
     // Shards in another order, one more, or a database named otherwise: refused.
     let c = fresh_database("shard-c").await.unwrap();
     for (shards, why) in [
-        (vec![("s1", b.as_str()), ("s0", a.as_str())], "not the catalog"),
+        (
+            vec![("s1", b.as_str()), ("s0", a.as_str())],
+            "not the catalog",
+        ),
         (vec![("s0", &a), ("s1", &b), ("s2", &c)], "catalog's shards"),
         (vec![("s0", &a), ("s2", &b)], "catalog's shards"),
     ] {
@@ -153,8 +158,14 @@ async fn a_replica_serves_its_shard_and_refuses_a_map_that_disagrees() {
     let (sku_a, sku_b) = (sku_in(1, "sa"), sku_in(6, "sb"));
     restock(&r0.url, &sku_a, 5).await;
     restock(&r1.url, &sku_b, 5).await;
-    assert_eq!(reserve(&r0.api, "ra", &sku_a, 2).await.status, StatusCode::CREATED);
-    assert_eq!(reserve(&r1.api, "rb", &sku_b, 3).await.status, StatusCode::CREATED);
+    assert_eq!(
+        reserve(&r0.api, "ra", &sku_a, 2).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        reserve(&r1.api, "rb", &sku_b, 3).await.status,
+        StatusCode::CREATED
+    );
     let on = |url: String, sku: String| async move {
         client(&url)
             .await
