@@ -49,6 +49,8 @@ impl Application {
         // gauges that are set once at start (the settlement window, a replica's job leader = 0)
         // would then never be exported.
         let metrics = crate::metrics::install();
+        metrics::gauge!(crate::metrics::SHARD_PARTITIONS, "shard" => storage.shard.shard.to_string())
+            .set(storage.shard.partitions.len() as f64);
         let shutdown = CancellationToken::new();
         let ownership = Arc::new(Ownership::new(
             storage.partition_count,

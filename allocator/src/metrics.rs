@@ -32,6 +32,9 @@ pub const COMMIT_CONCURRENCY: &str = "allocator_commit_concurrency";
 pub const BATCH_STATEMENTS: &str = "allocator_batch_statements_total";
 pub const EXPIRED_HOLDS: &str = "allocator_expired_holds_total";
 pub const LIVE_REPLICAS: &str = "allocator_live_replicas";
+/// The partitions the shard this replica serves holds, labelled `shard` (DESIGN.md §12): set
+/// once at start, so every series of the replica can be joined to its shard.
+pub const SHARD_PARTITIONS: &str = "allocator_shard_partitions";
 pub const PROCESS_STALLS: &str = "allocator_process_stalls_total";
 pub const QUEUE_REJECTIONS: &str = "allocator_queue_rejections_total";
 pub const MISDIRECTED_REQUESTS: &str = "allocator_misdirected_requests_total";

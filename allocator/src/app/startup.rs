@@ -90,6 +90,8 @@ pub(super) struct Storage {
     /// The request pool's settings, from which each job's pool is derived.
     pub(super) pool_settings: PoolSettings,
     pub(super) partition_count: u32,
+    /// The shard this replica serves, checked against the catalog's map.
+    pub(super) shard: schema::shard::ShardRecord,
 }
 
 impl Storage {
@@ -124,7 +126,7 @@ impl Storage {
                 ..pool_settings.clone()
             },
         )?;
-        let partition_count = {
+        let (partition_count, shard) = {
             let client = pool.get().await?;
             crate::negative_control::install(&client).await?;
             // Ledger partitions ahead of the clock before the first write (the retention job
@@ -135,7 +137,7 @@ impl Storage {
             let shard =
                 crate::shard::check_at_start(&client, config.catalog_url.as_deref()).await?;
             tracing::info!(shard = %shard.shard, partitions = ?shard.partitions, "serving shard");
-            schema::partition_count(&**client).await?
+            (schema::partition_count(&**client).await?, shard)
         };
         Ok(Self {
             fence,
@@ -143,6 +145,7 @@ impl Storage {
             lease_pool,
             pool_settings,
             partition_count,
+            shard,
         })
     }
 

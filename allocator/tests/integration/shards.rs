@@ -154,6 +154,19 @@ async fn a_replica_serves_its_shard_and_refuses_a_map_that_disagrees() {
     wait_holds(&r0, &[0, 1, 2, 3]).await;
     wait_holds(&r1, &[4, 5, 6, 7]).await;
 
+    // Each says which shard it serves.
+    let metrics = http()
+        .get(format!("{}/metrics", r1.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("allocator_shard_partitions{shard=\"s1\"} 4"),
+        "{metrics}"
+    );
     // Each serves a SKU of its shard, writing that shard's database only.
     let (sku_a, sku_b) = (sku_in(1, "sa"), sku_in(6, "sb"));
     restock(&r0.url, &sku_a, 5).await;
