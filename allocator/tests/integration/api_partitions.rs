@@ -42,14 +42,7 @@ async fn partitions_health_ready_and_metrics() {
         StatusCode::OK
     );
     restock(base, "m-sku", 1).await;
-    let metrics = http()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(base).await;
     for name in [
         "allocator_leases_held",
         "allocator_lease_acquisitions_total",

@@ -257,6 +257,18 @@ pub fn http() -> reqwest::Client {
         .expect("http client")
 }
 
+/// The Prometheus text `base` serves at `/metrics`.
+pub async fn metrics_text(base: &str) -> String {
+    http()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics body")
+}
+
 pub async fn partition_map(base: &str) -> PartitionMap {
     ApiClient::new(base).partitions().await.ok()
 }

@@ -147,14 +147,7 @@ async fn a_panicking_worker_gives_its_lease_up_and_the_partition_serves_again() 
     let now = read_map(&db).await.partitions[partition as usize].clone();
     assert!(now.epoch > epoch, "new epoch after the panic: {now:?}");
     assert_eq!(now.owner_id.as_deref(), Some("panic-a"));
-    let metrics = http()
-        .get(format!("{}/metrics", replica.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&replica.url).await;
     assert!(
         metrics
             .lines()

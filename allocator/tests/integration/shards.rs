@@ -155,14 +155,7 @@ async fn a_replica_serves_its_shard_and_refuses_a_map_that_disagrees() {
     wait_holds(&r1, &[4, 5, 6, 7]).await;
 
     // Each says which shard it serves.
-    let metrics = http()
-        .get(format!("{}/metrics", r1.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&r1.url).await;
     assert!(
         metrics.contains("allocator_shard_partitions{shard=\"s1\"} 4"),
         "{metrics}"

@@ -127,14 +127,7 @@ async fn a_group_naming_a_partition_twice_is_refused_whole() {
 
 /// The replica's metric value `name{labels}` (0 when absent).
 async fn metric(base: &str, series: &str) -> f64 {
-    let text = http()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(base).await;
     text.lines()
         .filter(|l| l.starts_with(series))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
