@@ -22,15 +22,9 @@
 #                             zipf rows, direct and routed, and open loop zipf routed at
 #                             BENCH_COMPARE_RATE; prints both, the ratios, and what the relay
 #                             published and still lagged at the end
-#   ops/bench.sh --shards     the cost of spreading partitions over two PostgreSQL primaries, in
-#                             one invocation: two clusters of the current build, each with two
-#                             allocators and one router, on one shard (baseline) and on two
-#                             (`CLUSTER_SHARDS=2`, current, a private durable server per shard);
-#                             BENCH_ROUNDS rounds alternate them on routed zipf and uniform rows
-#                             and open loop zipf at BENCH_COMPARE_RATE; prints both and the ratios
-#                             (PostgreSQL CPU summed over the shards' servers, allocator CPU over
-#                             both allocators). On one machine the figure is the overhead of the
-#                             split, not the gain of a second machine
+#   ops/bench.sh --shards     one shard (baseline) against two (current), 2 allocators and a
+#                             router each, same build: routed zipf, uniform and open-loop zipf
+#                             rows; CPU summed over the shards' servers and the allocators
 #   ops/bench.sh growth [--help]
 #                             whether a reserve's cost grows with history, and table sizes under
 #                             a short idempotency horizon: ops/bench/growth.sh (its own knobs)
@@ -235,22 +229,14 @@ use_cluster() {
         [[ "${!v}" =~ ^[0-9]+$ ]] && pid_alive "${!v}" || die "cannot find cluster $1's $v"
     done
     WATCH=("postgres=$PG_PID" "allocator=$ALLOC_PID" "router=$ROUTER_PID")
-    # More shards' servers and more allocators: named postgres-sN and allocator-N, summed with
-    # the first one's in every row.
-    local file pid
-    for file in "$state"/run/postgres-s*.pid "$state"/run/alloc-[2-9]*.pid; do
-        [[ -f "$file" ]] || continue
-        pid="$(head -n1 "$file")"
-        pid_alive "$pid" || die "cluster $1: ${file##*/} is not running"
-        case "${file##*/}" in
-            postgres-*) WATCH+=("postgres-$(basename "$file" .pid | cut -d- -f2)=$pid") ;;
-            alloc-*) WATCH+=("allocator-$(basename "$file" .pid | cut -d- -f2)=$pid") ;;
-        esac
-    done
-    read -r -a SHARD_LIST <<<"${SHARD_URLS:-}"
+    SHARD_LIST=()
+    [[ -n "$SHARDS_AB" ]] && ab_watch_more "$state"
+    return 0
 }
 
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
+# shellcheck source=ops/bench/ab.sh
+source "$BENCH_SQL/ab.sh"
 ALLOCATOR_BIN="${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}"
 ROUTER_BIN="${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"
 if [[ -n "$RELAY" ]]; then
@@ -329,20 +315,11 @@ pgbench_row() {
 
 # --- allocator and router ------------------------------------------------------------------------
 
-# seed PREFIX SKUS: fresh SKUs straight into PostgreSQL; on a cluster of several shards each
-# SKU into the shard of its partition (the catalog's plan: contiguous ranges, schema::shard).
+# seed PREFIX SKUS: fresh SKUs straight into PostgreSQL (into each SKU's shard with --shards).
 seed() {
-    if ((${#SHARD_LIST[@]} < 2)); then
-        "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" \
-            | psql_db "$DATABASE_URL" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
-        return
-    fi
-    local rows="$BENCH_DIR/seed.csv" i
-    "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" >"$rows"
-    for i in "${!SHARD_LIST[@]}"; do
-        awk -F, -v s="$i" -v n="${#SHARD_LIST[@]}" -v p="$PARTITIONS" 'int($2 * n / p) == s' "$rows" \
-            | psql_db "${SHARD_LIST[$i]#*=}" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
-    done
+    ((${#SHARD_LIST[@]} < 2)) || { ab_seed_shards "$@"; return; }
+    "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" \
+        | psql_db "$DATABASE_URL" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
 }
 
 # loadtest_row SYSTEM WORKLOAD [FRACTION RATE]: seed, run (closed loop, or open loop at RATE),
@@ -397,11 +374,7 @@ loadtest_row() {
 
 ROW_N=0
 VARIANT=""
-if [[ -n "$COMPARE" || -n "$RELAY" || -n "$SHARDS_AB" ]]; then
-    # shellcheck source=ops/bench/ab.sh
-    source "$BENCH_SQL/ab.sh"
-    ab_run
-fi
+[[ -n "$COMPARE" || -n "$RELAY" || -n "$SHARDS_AB" ]] && ab_run
 
 naive_tables
 for workload in uniform zipf hot; do

@@ -3,6 +3,35 @@
 # on the same rows, one table of both with the ratios (ops/bench/compare.awk). Uses bench.sh's
 # globals and functions (start_cluster, use_cluster, loadtest_row, psql_db, ...).
 
+# ab_watch_more STATE (--shards): the further shards' servers and allocators of the cluster in
+# STATE, watched as postgres-sN and allocator-N (summed with the first ones in every row), and
+# SHARD_LIST, the cluster's shards as NAME=URL.
+ab_watch_more() {
+    local file pid name
+    for file in "$1"/run/postgres-s*.pid "$1"/run/alloc-[2-9]*.pid; do
+        [[ -f "$file" ]] || continue
+        pid="$(head -n1 "$file")"
+        pid_alive "$pid" || die "${file##*/} is not running"
+        name="$(basename "$file" .pid)"
+        case "$name" in
+            postgres-*) WATCH+=("$name=$pid") ;;
+            alloc-*) WATCH+=("allocator-${name#alloc-}=$pid") ;;
+        esac
+    done
+    read -r -a SHARD_LIST <<<"${SHARD_URLS:-}"
+}
+
+# ab_seed_shards PREFIX SKUS: bench.sh's seed on a cluster of several shards: each SKU into the
+# shard of its partition (the catalog's plan, contiguous ranges: schema::shard).
+ab_seed_shards() {
+    local rows="$BENCH_DIR/seed.csv" i
+    "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" >"$rows"
+    for i in "${!SHARD_LIST[@]}"; do
+        awk -F, -v s="$i" -v n="${#SHARD_LIST[@]}" -v p="$PARTITIONS" 'int($2 * n / p) == s' "$rows" \
+            | psql_db "${SHARD_LIST[$i]#*=}" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
+    done
+}
+
 # ab_run: runs the rounds, prints the table and exits with the rows' status.
 ab_run() {
     CURRENT_LOADTEST=$LOADTEST

@@ -24,6 +24,8 @@
 
 #[cfg(feature = "postgres")]
 pub mod assignment;
+#[cfg(feature = "postgres")]
+mod error;
 pub mod events;
 pub mod hint;
 pub mod history;

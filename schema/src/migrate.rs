@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
+pub use crate::error::SchemaError;
 use crate::shard::{self, ShardError, ShardMap, ShardName};
 
 mod embedded {
@@ -30,28 +31,7 @@ pub const SETTLEMENT_LEASE: &str = "job/settlement";
 /// Partition count of a new cluster when none is given.
 pub const DEFAULT_PARTITIONS: u32 = 64;
 
-/// Largest partition count the schema accepts.
-pub const MAX_PARTITIONS: u32 = 4096;
-
-#[derive(Debug, thiserror::Error)]
-pub enum SchemaError {
-    #[error("database error: {0}")]
-    Database(#[from] tokio_postgres::Error),
-    #[error("migration failed: {0}")]
-    Migration(#[from] refinery::Error),
-    #[error(
-        "cluster was initialised with {existing} partitions; refusing to change it to {requested}"
-    )]
-    PartitionCountMismatch { existing: u32, requested: u32 },
-    #[error("partition count must be between 1 and {MAX_PARTITIONS}, got {0}")]
-    InvalidPartitionCount(u32),
-    #[error("cluster is not initialised: run `allocator migrate` first")]
-    NotInitialised,
-    #[error("the ledger's partition span must be a whole number of seconds, at least 1")]
-    InvalidLedgerSpan,
-    #[error("{0}")]
-    Shard(#[from] ShardError),
-}
+pub use crate::partition::MAX_PARTITIONS;
 
 /// What [`initialise_with`] sets up.
 #[derive(Debug, Clone, Default)]

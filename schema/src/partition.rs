@@ -8,6 +8,9 @@
 //! inventory row. `std`'s `DefaultHasher` is deliberately not used; its algorithm may change
 //! between Rust releases.
 
+/// Largest partition count the schema accepts.
+pub const MAX_PARTITIONS: u32 = 4096;
+
 const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 

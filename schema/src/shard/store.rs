@@ -3,7 +3,7 @@
 use tokio_postgres::GenericClient;
 
 use super::{ShardMap, ShardName, ShardRecord};
-use crate::migrate::SchemaError;
+use crate::error::SchemaError;
 
 fn name(raw: String) -> Result<ShardName, SchemaError> {
     raw.parse().map_err(SchemaError::Shard)
@@ -48,7 +48,11 @@ pub async fn read_map<C: GenericClient>(client: &C) -> Result<Option<ShardMap>, 
             &[],
         )
         .await?;
-    let count = crate::migrate::partition_count(client).await?;
+    let count: i32 = client
+        .query_one("SELECT partition_count FROM cluster_settings", &[])
+        .await?
+        .get(0);
+    let count = count as u32;
     let revision = rows.iter().map(|r| r.get::<_, i64>(2)).max().unwrap_or(0);
     let rows = rows
         .into_iter()
