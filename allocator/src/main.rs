@@ -31,6 +31,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Ledger(args) => allocator::retention::command::run(args).await,
+        Command::Shards(args) => allocator::shard::run(args).await,
         Command::Serve(args) => {
             let config = AllocatorConfig::try_from(*args)?;
             let app = Application::build(config).await?;

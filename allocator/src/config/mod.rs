@@ -42,6 +42,8 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Archive or restore the ledger's time partitions.
     Ledger(crate::retention::command::LedgerArgs),
+    /// Operate on the shards: move a partition to another shard.
+    Shards(crate::shard::ShardsArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -108,6 +108,10 @@ pub async fn settle<C: GenericClient>(
                    FROM ledger AS l, run
                   WHERE l.kind = 'confirm'
                     AND l.recorded_at >= run.window_start AND l.recorded_at < run.window_end
+                    -- Rows a partition move copied here: the source shard settles its own copy.
+                    AND NOT EXISTS (SELECT 1 FROM partition_moves_in AS m
+                                     WHERE m.partition = l.partition
+                                       AND l.position BETWEEN m.from_position AND m.through_position)
                   GROUP BY l.sku),
              written AS (
                  INSERT INTO settlements (window_start, sku, quantity, reservations, term)

@@ -36,6 +36,7 @@ mod retention_support;
 mod settlement;
 mod settlement_support;
 mod settlement_takeover;
+mod shard_moves;
 mod shards;
 mod tenants;
 mod tenures;

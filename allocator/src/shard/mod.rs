@@ -7,10 +7,57 @@
 //! shard, the way a per-shard tablet serves one database behind a router that knows them all; a
 //! stopped or slow shard then stops only its own partitions.
 
+use clap::{Args, Subcommand};
 use schema::shard::{self, ShardMap, ShardName, ShardTarget};
 use schema::{InitOptions, MigrationReport, ShardRole};
 
 use crate::config::MigrateArgs;
+
+mod moving;
+
+pub use moving::{move_partition, Moved, MOVE_LEASE};
+
+/// `allocator shards …`: operations on a cluster's shards.
+#[derive(Debug, Clone, Args)]
+pub struct ShardsArgs {
+    #[command(subcommand)]
+    pub command: ShardsCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ShardsCommand {
+    /// Move one partition to another shard under a fence (safe under load; run it again to
+    /// finish a move that was interrupted).
+    Move {
+        #[arg(long)]
+        partition: u32,
+        /// The shard to move it to.
+        #[arg(long)]
+        to: ShardName,
+        /// Every shard as `NAME=URL`, the catalog first (as for `allocator migrate`).
+        #[arg(long = "shard", value_name = "NAME=URL", required = true)]
+        shards: Vec<ShardTarget>,
+    },
+}
+
+/// Runs `allocator shards …`, printing what was done.
+pub async fn run(args: ShardsArgs) -> anyhow::Result<()> {
+    match args.command {
+        ShardsCommand::Move {
+            partition,
+            to,
+            shards,
+        } => {
+            let moved = move_partition(&shards, partition, &to).await?;
+            tracing::info!(?moved, "partition moved");
+            println!(
+                "partition {} on shard {} (from {}; {} ledger rows copied; map revision {})",
+                moved.partition, moved.to, moved.from, moved.ledger_rows, moved.map_revision
+            );
+            Ok(())
+        }
+    }
+}
 
 /// `allocator migrate`: one database (`--database-url`, the default shard `main`), or every
 /// `--shard NAME=URL` in order, the first being the catalog. A new catalog's map gives each shard
