@@ -61,7 +61,8 @@ pub async fn run(args: ShardsArgs) -> anyhow::Result<()> {
 
 /// `allocator migrate`: one database (`--database-url`, the default shard `main`), or every
 /// `--shard NAME=URL` in order, the first being the catalog. A new catalog's map gives each shard
-/// a contiguous range of partitions; an existing one must name exactly the shards given.
+/// a contiguous range of partitions; an existing one must name the shards given, in order, and
+/// shards given after its own are added to it empty (moves then give them partitions).
 pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<Vec<(ShardName, MigrationReport)>> {
     let options = |shard| InitOptions {
         partitions: args.partitions,
@@ -95,6 +96,14 @@ pub async fn migrate(args: &MigrateArgs) -> anyhow::Result<Vec<(ShardName, Migra
         }
     }
     let map = match shard::store::read_map_if_migrated(&catalog).await? {
+        // Shards named after the catalog's are added, holding no partition until moves give
+        // them some; any other difference is refused.
+        Some(map) if names.len() > map.shards().len() && names.starts_with(map.shards()) => {
+            shard::store::add_shards(&catalog, &names[map.shards().len()..]).await?;
+            shard::store::read_map(&catalog)
+                .await?
+                .ok_or(schema::SchemaError::NotInitialised)?
+        }
         Some(map) => {
             map.check_shards(&names)?;
             map

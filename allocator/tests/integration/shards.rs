@@ -90,15 +90,16 @@ async fn migrate_over_two_shards_gives_each_its_partitions_and_the_catalog_the_m
         .expect("shard alone");
     assert_eq!(record(&b).await, rb);
 
-    // Shards in another order, one more, or a database named otherwise: refused.
+    // Shards in another order, one fewer, or a database named otherwise: refused.
     let c = fresh_database("shard-c").await.unwrap();
     for (shards, why) in [
         (
             vec![("s1", b.as_str()), ("s0", a.as_str())],
             "not the catalog",
         ),
-        (vec![("s0", &a), ("s1", &b), ("s2", &c)], "catalog's shards"),
+        (vec![("s0", a.as_str())], "catalog's shards"),
         (vec![("s0", &a), ("s2", &b)], "catalog's shards"),
+        (vec![("s0", &a), ("s2", &c), ("s1", &b)], "catalog's shards"),
     ] {
         let error = allocator::shard::migrate(&args(&shards, None))
             .await
@@ -106,21 +107,39 @@ async fn migrate_over_two_shards_gives_each_its_partitions_and_the_catalog_the_m
         assert!(error.to_string().contains(why), "{error}");
     }
     assert!(store::read_record(&client(&c).await).await.is_err());
+    // One more after the catalog's: added, empty, for moves to fill.
+    allocator::shard::migrate(&args(&[("s0", &a), ("s1", &b), ("s2", &c)], None))
+        .await
+        .expect("a shard added");
+    let map = store::read_map(&client(&a).await).await.unwrap().unwrap();
+    assert_eq!(map.shards(), &[name("s0"), name("s1"), name("s2")]);
+    assert!(map.partitions_of(&name("s2")).is_empty());
+    let rc = record(&c).await;
+    assert_eq!(
+        (rc.shard.as_str(), rc.catalog, rc.partitions.len()),
+        ("s2", false, 0)
+    );
 }
 
 #[tokio::test]
-async fn a_one_database_cluster_is_not_split_by_migrating_it_as_two_shards() {
+async fn a_one_database_cluster_grows_by_an_empty_shard_and_is_never_split() {
     let (a, b) = two_databases().await;
     migrate(&a, PARTITIONS).await;
     let before = record(&a).await;
     assert_eq!((before.shard.as_str(), before.catalog), ("main", true));
     assert_eq!(before.partitions, (0..PARTITIONS).collect::<Vec<_>>());
-    // The existing map names shard `main` only.
-    let error = allocator::shard::migrate(&args(&[("main", &a), ("s1", &b)], None))
+    // The catalog names shard `main`: a list that does not start with it is refused.
+    let error = allocator::shard::migrate(&args(&[("s0", &a), ("s1", &b)], None))
         .await
         .expect_err("refused");
     assert!(error.to_string().contains("catalog's shards"), "{error}");
     assert_eq!(record(&a).await, before);
+    // `main` and then s1: s1 is added, holding nothing; `main` keeps every partition.
+    allocator::shard::migrate(&args(&[("main", &a), ("s1", &b)], None))
+        .await
+        .expect("grown by a shard");
+    assert_eq!(record(&a).await, before);
+    assert!(record(&b).await.partitions.is_empty());
 }
 
 /// Waits until `replica` holds exactly `partitions` by its own ownership table.

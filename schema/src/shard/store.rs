@@ -77,6 +77,23 @@ pub async fn read_map_if_migrated<C: GenericClient>(
     }
 }
 
+/// Adds `shards` to the catalog after its own, holding no partition.
+pub async fn add_shards<C: GenericClient>(
+    client: &C,
+    shards: &[ShardName],
+) -> Result<(), SchemaError> {
+    let names: Vec<&str> = shards.iter().map(ShardName::as_str).collect();
+    client
+        .execute(
+            "INSERT INTO shards (shard, ordinal)
+             SELECT s, (SELECT coalesce(max(ordinal), -1) FROM shards) + o::int
+               FROM unnest($1::text[]) WITH ORDINALITY AS t(s, o)",
+            &[&names],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Give a new shard its record and the lease rows of its partitions.
 pub(crate) async fn create_record<C: GenericClient>(
     client: &C,
