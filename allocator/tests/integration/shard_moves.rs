@@ -1,8 +1,10 @@
 //! Moving a partition between shards under load (`allocator shards move`, DESIGN.md §12): while
-//! a client reserves one unit after another of a SKU in the partition (each id retried on either
-//! replica until one acknowledges it), the partition moves from shard s0 to s1, back, and to s1
-//! again. Every acknowledged hold must then be on the final shard, the SKU's row must balance
-//! its ledger there, and the shards' records must agree with the map.
+//! a client reserves one unit after another of a SKU in the partition and confirms every other
+//! one (each call retried on either replica until one answers it), the partition moves from
+//! shard s0 to s1, back, and to s1 again. Every acknowledged hold and confirmation must then be
+//! on the final shard, the SKU's row must balance its ledger there, the shards' records must
+//! agree with the map, and the two shards' one-second settlement windows must have settled
+//! every confirmed unit exactly once between them.
 
 use std::time::{Duration, Instant};
 
@@ -16,20 +18,43 @@ use crate::common::*;
 const MOVED: u32 = 1;
 const STOCK: i64 = 100_000;
 
-/// Reserves one unit under `id` on whichever replica owns the partition now, retrying the same
-/// id (idempotent) until one acknowledges it.
-async fn reserve_anywhere(apis: &[ApiClient], id: &str, sku: &str) {
+/// Reserves one unit under `id` (or confirms it) on whichever replica owns the partition now,
+/// retrying the same call (idempotent) until one acknowledges it.
+async fn anywhere(apis: &[ApiClient], id: &str, sku: &str, confirm: bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         for api in apis {
-            let answer = reserve(api, id, sku, 1).await;
-            if answer.status == StatusCode::CREATED || answer.status == StatusCode::OK {
+            let status = match confirm {
+                false => reserve(api, id, sku, 1).await.status,
+                true => api.confirm(id).await.status,
+            };
+            if status == StatusCode::CREATED || status == StatusCode::OK {
                 return;
             }
         }
         assert!(Instant::now() < deadline, "{id} never acknowledged");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// One-second settlement windows (the grace outlasts the tests' 1 s statement timeout).
+const WINDOWS: [&str; 4] = [
+    "--settlement-window-secs",
+    "1",
+    "--settlement-grace-ms",
+    "1500",
+];
+
+/// The end of the last window `db` has settled (database clock), as epoch seconds.
+async fn settled_through(db: &tokio_postgres::Client) -> f64 {
+    db.query_one(
+        "SELECT coalesce(extract(epoch FROM max(window_end)), 0)::float8
+           FROM settlement_runs WHERE status = 'settled'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
 }
 
 fn targets(a: &str, b: &str) -> Vec<ShardTarget> {
@@ -54,8 +79,13 @@ async fn a_partition_moves_between_shards_under_load_and_loses_no_acknowledged_h
     })
     .await
     .expect("migrate");
-    let r0 = TestReplica::start(fast_config(&a, "r0")).await;
-    let r1 = TestReplica::start(fast_config_with(&b, "r1", &["--catalog-url", &a])).await;
+    let r0 = TestReplica::start(fast_config_with(&a, "r0", &WINDOWS)).await;
+    let on_b: Vec<&str> = WINDOWS
+        .iter()
+        .copied()
+        .chain(["--catalog-url", &a])
+        .collect();
+    let r1 = TestReplica::start(fast_config_with(&b, "r1", &on_b)).await;
     let sku = sku_in(MOVED, "moving");
     restock(&r0.url, &sku, STOCK).await;
 
@@ -67,7 +97,10 @@ async fn a_partition_moves_between_shards_under_load_and_loses_no_acknowledged_h
             let stop = Instant::now() + Duration::from_secs(6);
             while Instant::now() < stop {
                 let id = format!("mv-{}", acked.len());
-                reserve_anywhere(&apis, &id, &sku).await;
+                anywhere(&apis, &id, &sku, false).await;
+                if acked.len() % 2 == 1 {
+                    anywhere(&apis, &id, &sku, true).await;
+                }
                 acked.push(id);
             }
             acked
@@ -99,26 +132,31 @@ async fn a_partition_moves_between_shards_under_load_and_loses_no_acknowledged_h
         map.check_record(&record).unwrap();
         assert_eq!(record.partitions.contains(&MOVED), shard == 1);
     }
-    // Every acknowledged hold is on s1, held, and the row balances its ledger there.
-    let held: Vec<String> = db1
+    // Every acknowledged hold is on s1, held or confirmed as acknowledged, and the row balances
+    // its ledger there.
+    let on_s1: Vec<(String, String)> = db1
         .query(
-            "SELECT reservation_id FROM reservations WHERE sku = $1 AND status = 'held'",
+            "SELECT reservation_id, status FROM reservations WHERE sku = $1",
             &[&sku],
         )
         .await
         .unwrap()
         .iter()
-        .map(|r| r.get(0))
+        .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let missing: Vec<&String> = acked.iter().filter(|id| !held.contains(id)).collect();
-    assert!(
-        missing.is_empty(),
-        "acknowledged holds missing on s1: {missing:?}"
-    );
-    assert_eq!(held.len(), acked.len(), "holds nobody acknowledged");
+    let confirmed = acked.len() / 2;
+    for (i, id) in acked.iter().enumerate() {
+        let want = if i % 2 == 1 { "confirmed" } else { "held" };
+        assert!(
+            on_s1.iter().any(|(r, status)| r == id && status == want),
+            "{id} is not {want} on s1"
+        );
+    }
+    assert_eq!(on_s1.len(), acked.len(), "reservations nobody acknowledged");
     let (row, ledger) = ledger_balance(&db1, &sku).await;
     assert_eq!(row, ledger, "row against ledger on s1");
-    assert_eq!(row.held, acked.len() as i64);
+    assert_eq!(row.held, (acked.len() - confirmed) as i64);
+    assert_eq!(row.confirmed, confirmed as i64);
     assert_eq!(row.available, STOCK - acked.len() as i64);
     // The copied ranges are recorded, so the target does not settle them again.
     let moves_in: i64 = db1
@@ -130,6 +168,33 @@ async fn a_partition_moves_between_shards_under_load_and_loses_no_acknowledged_h
         .unwrap()
         .get(0);
     assert_eq!(moves_in, 2, "two moves into s1");
+    // Both shards settle past the end of the load; between them, every confirmed unit once.
+    let end: f64 = db0
+        .query_one("SELECT extract(epoch FROM now())::float8", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while settled_through(&db0).await <= end || settled_through(&db1).await <= end {
+        assert!(
+            Instant::now() < deadline,
+            "settlement did not pass the load's end"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut settled = 0;
+    for db in [&db0, &db1] {
+        let q: i64 = db
+            .query_one(
+                "SELECT coalesce(sum(quantity), 0)::bigint FROM settlements WHERE sku = $1",
+                &[&sku],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        settled += q;
+    }
+    assert_eq!(settled, confirmed as i64, "settled units over both shards");
     // s1's replica serves the partition again.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !r1.ownership.held().iter().any(|t| t.partition == MOVED) {
