@@ -9,7 +9,10 @@
 //! * on every (re)connect the map is re-read (cause `reconnect`), covering hints missed while
 //!   disconnected;
 //! * a hint whose revision skips past everything seen so far is a `gap` (a hint was lost or is
-//!   still in flight); it is re-read like any other hint but counted separately;
+//!   still in flight); it is re-read like any other hint but counted separately. Revisions are
+//!   per shard, so a hint is compared with what is known of its partition's shard, and a batch
+//!   of hints re-reads only the shards its partitions are on (every shard when one cannot be
+//!   placed);
 //! * a frozen Redis keeps the TCP connection open and silent, so the subscription pings every
 //!   `hints_ping_interval` and treats a missing pong as a disconnect.
 //!
@@ -17,6 +20,7 @@
 //! router starts and serves without Redis (routing then relies on [`crate::poll`]).
 //! `router_redis_feed_connected` is 1 only while subscribed and answering pings.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -134,7 +138,9 @@ async fn listen(
     config: &HintsConfig,
     shutdown: &CancellationToken,
 ) -> Ended {
-    let mut known: Option<i64> = None;
+    // The highest revision known per shard (index), from its map or earlier hints on this
+    // connection.
+    let mut known: HashMap<usize, Option<i64>> = HashMap::new();
     let mut ping = tokio::time::interval(config.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
@@ -150,31 +156,60 @@ async fn listen(
                 while let Some(Some(msg)) = stream.next().now_or_never() {
                     batch.push(msg);
                 }
-                known = known.max(cache.current().map(|m| m.revision()));
+                let current = cache.current();
                 let mut cause = RefreshCause::Hint;
+                // The shards the batch is about; `None` once a hint names no known shard (or is
+                // unreadable): then every shard is re-read.
+                let mut shards: Option<Vec<usize>> = Some(Vec::new());
                 for msg in &batch {
                     match serde_json::from_slice::<AssignmentHint>(msg.get_payload_bytes()) {
                         Ok(hint) => {
-                            if hint_cause(known, hint.revision) == RefreshCause::Gap {
-                                cause = RefreshCause::Gap;
+                            let shard = cache.shard_of(hint.partition);
+                            match (shard, shards.as_mut()) {
+                                (Some(shard), Some(list)) if !list.contains(&shard) => {
+                                    list.push(shard)
+                                }
+                                (Some(_), _) => {}
+                                (None, _) => shards = None,
                             }
-                            known = known.max(Some(hint.revision));
+                            if let Some(shard) = shard {
+                                let known = known.entry(shard).or_default();
+                                // Revisions are per shard: a hint is compared with its
+                                // partition's shard only.
+                                *known = (*known).max(
+                                    current
+                                        .as_ref()
+                                        .and_then(|m| m.shard(shard))
+                                        .map(|m| m.revision()),
+                                );
+                                if hint_cause(*known, hint.revision) == RefreshCause::Gap {
+                                    cause = RefreshCause::Gap;
+                                }
+                                *known = (*known).max(Some(hint.revision));
+                            }
                             tracing::debug!(
                                 kind = ?hint.kind,
                                 partition = hint.partition,
                                 epoch = hint.epoch,
                                 revision = hint.revision,
                                 owner_id = %hint.owner_id,
+                                shard = shard,
                                 "assignment hint received"
                             );
                         }
-                        Err(e) => tracing::warn!(error = %e, "malformed assignment hint; re-reading anyway"),
+                        Err(e) => {
+                            shards = None;
+                            tracing::warn!(error = %e, "malformed assignment hint; re-reading anyway")
+                        }
                     }
                 }
                 if cause == RefreshCause::Gap {
-                    tracing::info!(revision = known, "assignment hint gap; full re-read");
+                    tracing::info!(shards = ?shards, "assignment hint gap; full re-read");
                 }
-                let _ = cache.refresh(cause, Instant::now()).await;
+                let _ = match shards {
+                    Some(shards) => cache.refresh_shards(&shards, cause, Instant::now()).await,
+                    None => cache.refresh(cause, Instant::now()).await,
+                };
             }
             _ = ping.tick() => {
                 match tokio::time::timeout(config.ping_interval, sink.ping::<redis::Value>()).await {
