@@ -220,10 +220,11 @@ impl Storage {
                 shards = map.shard_count(),
                 "assignment map loaded"
             ),
-            Ok(None) => match cache.placement().problem() {
-                Some(problem) => tracing::warn!(problem, "starting unready"),
-                None => {}
-            },
+            Ok(None) => {
+                if let Some(problem) = cache.placement().problem() {
+                    tracing::warn!(problem, "starting unready")
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "starting without a complete assignment map; polling for it")
             }

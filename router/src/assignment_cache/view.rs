@@ -166,3 +166,7 @@ impl ClusterMap {
             .filter_map(|(i, m)| m.as_ref().map(|m| (i, m)))
     }
 }
+
+#[cfg(test)]
+#[path = "view_tests.rs"]
+pub(crate) mod tests;
