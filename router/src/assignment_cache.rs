@@ -24,10 +24,11 @@
 //! waiter is satisfied by any read that started after the point in time it asks for
 //! (`fresh_after`): a `421` asks for a read started after the `421` arrived; a connect error
 //! accepts one from the last 100 ms. So each database sees at most one map query at a time per
-//! router, however many requests fail together. The rule is kept per shard (and for the catalog
-//! read): shards are read concurrently, each within `db_timeout`, and a slow or failed shard
-//! neither delays installing the others' reads nor makes a caller that only needs another shard
-//! ([`AssignmentCache::refresh_partition`]) wait for it.
+//! router, however many requests fail together. The rule is kept per shard, and for the catalog
+//! read on its own (so the catalog database may see its shard-map read next to its own map read,
+//! two at most): shards are read concurrently, each within `db_timeout`, and a slow or failed
+//! shard neither delays installing the others' reads nor makes a caller that only needs another
+//! shard ([`AssignmentCache::refresh_partition`]) wait for it.
 
 use std::sync::{Arc, RwLock};
 

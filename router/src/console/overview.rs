@@ -86,6 +86,7 @@ pub async fn overview(
                 };
                 Ok::<_, DbError>((map, replicas, settlement))
             });
+        // Never empty: a configuration names at least one shard.
         let mut shards = futures::future::try_join_all(reads).await?.into_iter();
         let (mut map, mut replicas, settlement) = shards
             .next()
