@@ -62,6 +62,56 @@ pub fn hint_cause(known: Option<i64>, hint_revision: i64) -> RefreshCause {
     }
 }
 
+/// What one batch of hints asks for: its cause (a gap if any hint skipped revisions of its
+/// shard) and the shards to re-read (`None`: every shard, because a hint could not be placed).
+#[derive(Debug, PartialEq, Eq)]
+pub struct BatchPlan {
+    pub cause: RefreshCause,
+    pub shards: Option<Vec<usize>>,
+}
+
+impl Default for BatchPlan {
+    fn default() -> Self {
+        Self {
+            cause: RefreshCause::Hint,
+            shards: Some(Vec::new()),
+        }
+    }
+}
+
+impl BatchPlan {
+    /// Add a hint of `revision` for a partition on `shard` (`None`: the placement is not known),
+    /// whose routed map is at `routed`. `known` is the highest revision seen per shard on this
+    /// connection; revisions are per shard, so a hint is compared with its own shard's only.
+    pub fn add(
+        &mut self,
+        known: &mut HashMap<usize, Option<i64>>,
+        shard: Option<usize>,
+        routed: Option<i64>,
+        revision: i64,
+    ) {
+        let Some(shard) = shard else {
+            return self.add_unplaced();
+        };
+        if let Some(list) = self.shards.as_mut() {
+            if !list.contains(&shard) {
+                list.push(shard);
+            }
+        }
+        let known = known.entry(shard).or_default();
+        *known = (*known).max(routed);
+        if hint_cause(*known, revision) == RefreshCause::Gap {
+            self.cause = RefreshCause::Gap;
+        }
+        *known = (*known).max(Some(revision));
+    }
+
+    /// Add a hint that names no shard (unreadable, or the placement is not known).
+    pub fn add_unplaced(&mut self) {
+        self.shards = None;
+    }
+}
+
 /// Run the subscription until `shutdown` is cancelled.
 pub async fn run(config: HintsConfig, cache: Arc<AssignmentCache>, shutdown: CancellationToken) {
     metrics::set_redis_feed_connected(false);
@@ -157,36 +207,15 @@ async fn listen(
                     batch.push(msg);
                 }
                 let current = cache.current();
-                let mut cause = RefreshCause::Hint;
-                // The shards the batch is about; `None` once a hint names no known shard (or is
-                // unreadable): then every shard is re-read.
-                let mut shards: Option<Vec<usize>> = Some(Vec::new());
+                let mut plan = BatchPlan::default();
                 for msg in &batch {
                     match serde_json::from_slice::<AssignmentHint>(msg.get_payload_bytes()) {
                         Ok(hint) => {
                             let shard = cache.shard_of(hint.partition);
-                            match (shard, shards.as_mut()) {
-                                (Some(shard), Some(list)) if !list.contains(&shard) => {
-                                    list.push(shard)
-                                }
-                                (Some(_), _) => {}
-                                (None, _) => shards = None,
-                            }
-                            if let Some(shard) = shard {
-                                let known = known.entry(shard).or_default();
-                                // Revisions are per shard: a hint is compared with its
-                                // partition's shard only.
-                                *known = (*known).max(
-                                    current
-                                        .as_ref()
-                                        .and_then(|m| m.shard(shard))
-                                        .map(|m| m.revision()),
-                                );
-                                if hint_cause(*known, hint.revision) == RefreshCause::Gap {
-                                    cause = RefreshCause::Gap;
-                                }
-                                *known = (*known).max(Some(hint.revision));
-                            }
+                            let routed = shard.and_then(|s| {
+                                current.as_ref()?.shard(s).map(|m| m.revision())
+                            });
+                            plan.add(&mut known, shard, routed, hint.revision);
                             tracing::debug!(
                                 kind = ?hint.kind,
                                 partition = hint.partition,
@@ -198,11 +227,12 @@ async fn listen(
                             );
                         }
                         Err(e) => {
-                            shards = None;
+                            plan.add_unplaced();
                             tracing::warn!(error = %e, "malformed assignment hint; re-reading anyway")
                         }
                     }
                 }
+                let BatchPlan { cause, shards } = plan;
                 if cause == RefreshCause::Gap {
                     tracing::info!(shards = ?shards, "assignment hint gap; full re-read");
                 }
@@ -233,6 +263,34 @@ mod tests {
         // Older or duplicate hints (reordered publishers) are not gaps.
         assert_eq!(hint_cause(Some(20), 17), RefreshCause::Hint);
         assert_eq!(hint_cause(Some(17), 17), RefreshCause::Hint);
+    }
+
+    #[test]
+    fn hints_are_compared_with_their_own_shard() {
+        let mut known = HashMap::new();
+        // Shard 0 is at 40, shard 1 at 3: a hint of 4 on shard 1 is the next revision there,
+        // not an old one, and a hint of 41 on shard 0 is no gap either.
+        let mut plan = BatchPlan::default();
+        plan.add(&mut known, Some(1), Some(3), 4);
+        plan.add(&mut known, Some(0), Some(40), 41);
+        plan.add(&mut known, Some(1), Some(3), 5);
+        assert_eq!(
+            plan,
+            BatchPlan {
+                cause: RefreshCause::Hint,
+                shards: Some(vec![1, 0]),
+            }
+        );
+        // Skipping on shard 1 (known 5 now) is a gap, whatever shard 0's revision.
+        let mut plan = BatchPlan::default();
+        plan.add(&mut known, Some(1), Some(3), 9);
+        assert_eq!(plan.cause, RefreshCause::Gap);
+        assert_eq!(plan.shards, Some(vec![1]));
+        // A hint that cannot be placed re-reads every shard.
+        let mut plan = BatchPlan::default();
+        plan.add(&mut known, Some(0), Some(40), 42);
+        plan.add(&mut known, None, None, 7);
+        assert_eq!(plan.shards, None);
     }
 
     #[test]
