@@ -1,10 +1,10 @@
 //! Wiring: build every component once, start the background tasks, serve HTTP, stop cleanly.
 //!
 //! [`Application::build`] binds the listener (port 0 in tests; [`Application::port`] tells which
-//! port was bound), creates the database pools (per shard), the upstream HTTP client and the assignment cache
-//! *outside* actix's per-worker factory so all workers share them, loads the map once
-//! (`startup`), and spawns the background tasks: the periodic poll, the Redis hint subscription
-//! and metrics upkeep. Each startup step is a function of its own, and `build` runs them in a
+//! port was bound), creates the database pools (per shard), the upstream HTTP client and the
+//! assignment cache *outside* actix's per-worker factory so all workers share them, loads the map
+//! once (`startup`), and spawns the background tasks: the periodic poll, the Redis hint
+//! subscription and metrics upkeep. Each startup step is a function of its own, and `build` runs them in a
 //! fixed order: credentials, storage (and the first map read), the forwarder, the background
 //! tasks, then the listener and the HTTP server.
 //!
@@ -225,9 +225,10 @@ impl Storage {
                     tracing::warn!(problem, "starting unready")
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "starting without a complete assignment map; polling for it")
-            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "starting without a complete assignment map; polling for it"
+            ),
         }
         Ok(Self {
             shards,
@@ -277,8 +278,8 @@ fn build_forwarder(
 }
 
 /// Start what keeps the router's view current while it serves, each watching `shutdown`: the
-/// fences' probers (one per shard), the periodic map poll, the Redis hint subscription (when configured), the
-/// SIGHUP reloader of credentials and certificates, and the metrics upkeep.
+/// fences' probers (one per shard), the periodic map poll, the Redis hint subscription (when
+/// configured), the SIGHUP reloader of credentials and certificates, and the metrics upkeep.
 fn start_background_tasks(
     config: &RouterConfig,
     credentials: &Credentials,
@@ -291,11 +292,11 @@ fn start_background_tasks(
         .iter()
         .map(|s| s.fence.spawn_prober(shutdown.clone().cancelled_owned()))
         .collect();
-    tasks.extend([tokio::spawn(poll::run(
+    tasks.push(tokio::spawn(poll::run(
         storage.cache.clone(),
         config.poll_interval,
         shutdown.clone(),
-    ))]);
+    )));
     match &config.redis_url {
         Some(url) => tasks.push(tokio::spawn(hints::run(
             HintsConfig {
