@@ -1,10 +1,10 @@
 //! Wiring: build every component once, start the background tasks, serve HTTP, stop cleanly.
 //!
 //! [`Application::build`] binds the listener (port 0 in tests; [`Application::port`] tells which
-//! port was bound), creates the database pool, the upstream HTTP client and the assignment cache
-//! *outside* actix's per-worker factory so all workers share them, loads the map once
-//! (`startup`), and spawns the background tasks: the periodic poll, the Redis hint subscription
-//! and metrics upkeep. Each startup step is a function of its own, and `build` runs them in a
+//! port was bound), creates the database pools (per shard), the upstream HTTP client and the
+//! assignment cache *outside* actix's per-worker factory so all workers share them, loads the map
+//! once (`startup`), and spawns the background tasks: the periodic poll, the Redis hint
+//! subscription and metrics upkeep. Each startup step is a function of its own, and `build` runs them in a
 //! fixed order: credentials, storage (and the first map read), the forwarder, the background
 //! tasks, then the listener and the HTTP server.
 //!
@@ -35,9 +35,7 @@ use crate::state::AppState;
 use crate::upstream::UpstreamClient;
 use crate::{db, poll, routes};
 use access::tls::{ClientTls, ServerTls};
-use deadpool_postgres::Pool;
 use edge::Backoff;
-use storage::StorageFence;
 
 /// How long in-flight requests may take to finish after shutdown is requested.
 const SHUTDOWN_GRACE_SECONDS: u64 = 10;
@@ -76,7 +74,7 @@ impl Application {
         let state = web::Data::new(AppState {
             forwarder,
             cache: storage.cache.clone(),
-            pool: storage.pool,
+            pools: storage.shards.iter().map(|s| s.pool.clone()).collect(),
             orders: storage.orders,
             db_timeout: config.db_timeout,
             metrics: metrics_handle,
@@ -181,43 +179,59 @@ impl Credentials {
     }
 }
 
-/// The router's storage: the fence, the map-lookup pool, the order store on a pool of its own,
-/// and the assignment cache with a first attempt at loading the map. It is connected before the
-/// forwarder and the background tasks exist, because both read through the cache.
+/// The router's storage: per shard a fence, a map-lookup pool and an orders pool
+/// ([`db::ShardDb`]); the order store over the shards' orders pools; and the assignment cache
+/// with a first attempt at loading the map. It is connected before the forwarder and the
+/// background tasks exist, because both read through the cache.
 struct Storage {
-    fence: Arc<StorageFence>,
-    pool: Pool,
+    shards: Vec<db::ShardDb>,
     orders: Arc<OrderStore>,
     cache: Arc<AssignmentCache>,
 }
 
 impl Storage {
     async fn connect(config: &RouterConfig) -> anyhow::Result<Self> {
-        // Every configured host is read before the first map read, so a router that starts
-        // while a revived old primary is reachable again reads the newest one (DESIGN.md §13).
-        let fence = db::fence(config)?;
-        fence.probe_all().await;
-        let pool = db::build_pool(&fence, config, config.db_pool_size)?;
+        let shards = config
+            .shards
+            .iter()
+            .map(|shard| db::ShardDb::new(config, shard))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        // Every configured host of every shard is read before the first map read, so a router
+        // that starts while a revived old primary is reachable again reads the newest one
+        // (DESIGN.md §13). The shards are probed concurrently: one that does not answer delays
+        // the others by at most its probe timeout.
+        futures::future::join_all(shards.iter().map(|s| s.fence.probe_all())).await;
         let orders = Arc::new(OrderStore::new(
-            db::build_pool(&fence, config, config.orders_db_pool_size)?,
+            shards.iter().map(|s| s.orders_pool.clone()).collect(),
             config.db_timeout,
             config.order_lock_wait(),
         ));
-        let cache = Arc::new(AssignmentCache::new(pool.clone(), config.db_timeout));
+        let cache = Arc::new(AssignmentCache::with_shards(
+            shards
+                .iter()
+                .map(|s| (s.name.clone(), s.pool.clone()))
+                .collect(),
+            config.db_timeout,
+        ));
         match cache.refresh(RefreshCause::Startup, Instant::now()).await {
             Ok(Some(map)) => tracing::info!(
                 revision = map.revision(),
                 partition_count = map.partition_count(),
+                shards = map.shard_count(),
                 "assignment map loaded"
             ),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "starting without an assignment map; polling for it")
+            Ok(None) => {
+                if let Some(problem) = cache.placement().problem() {
+                    tracing::warn!(problem, "starting unready")
+                }
             }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "starting without a complete assignment map; polling for it"
+            ),
         }
         Ok(Self {
-            fence,
-            pool,
+            shards,
             orders,
             cache,
         })
@@ -264,8 +278,8 @@ fn build_forwarder(
 }
 
 /// Start what keeps the router's view current while it serves, each watching `shutdown`: the
-/// fence's prober, the periodic map poll, the Redis hint subscription (when configured), the
-/// SIGHUP reloader of credentials and certificates, and the metrics upkeep.
+/// fences' probers (one per shard), the periodic map poll, the Redis hint subscription (when
+/// configured), the SIGHUP reloader of credentials and certificates, and the metrics upkeep.
 fn start_background_tasks(
     config: &RouterConfig,
     credentials: &Credentials,
@@ -273,16 +287,16 @@ fn start_background_tasks(
     metrics_handle: &PrometheusHandle,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
-    let mut tasks = vec![
-        storage
-            .fence
-            .spawn_prober(shutdown.clone().cancelled_owned()),
-        tokio::spawn(poll::run(
-            storage.cache.clone(),
-            config.poll_interval,
-            shutdown.clone(),
-        )),
-    ];
+    let mut tasks: Vec<JoinHandle<()>> = storage
+        .shards
+        .iter()
+        .map(|s| s.fence.spawn_prober(shutdown.clone().cancelled_owned()))
+        .collect();
+    tasks.push(tokio::spawn(poll::run(
+        storage.cache.clone(),
+        config.poll_interval,
+        shutdown.clone(),
+    )));
     match &config.redis_url {
         Some(url) => tasks.push(tokio::spawn(hints::run(
             HintsConfig {

@@ -4,6 +4,15 @@
 //! replaced wholesale by a newer read; it is never patched from hints or from an allocator's
 //! `421` body, because those are only signals that a re-read is due.
 //!
+//! **Shards.** Every shard's lease table holds only its own partitions and takes revisions from
+//! its own sequence, so each shard has a [`MapSlot`] of its own, ordered by that shard's revision
+//! and read order; revisions of two shards are never compared. Which shard holds a partition is
+//! the catalog's shard map (read from the first shard with every full refresh; a failed read
+//! keeps the last one), and a request is routed by the slot of its partition's shard
+//! ([`ClusterMap`]). A catalog map naming other shards than the configured ones (names, order) is
+//! logged and routes nothing: the router is not ready until the two agree. One shard is the
+//! special case of all of this that behaves as a router of one database always did.
+//!
 //! **Monotonicity.** Reads can complete out of order (a slow read started before a fast one), so a
 //! read only replaces the current map if it is newer: a higher map revision, or the same revision
 //! from a read that *started* later. The second rule matters because a lease expiring changes the
@@ -14,19 +23,22 @@
 //! owner fails). [`AssignmentCache::refresh`] lets one caller read while the others wait, and a
 //! waiter is satisfied by any read that started after the point in time it asks for
 //! (`fresh_after`): a `421` asks for a read started after the `421` arrived; a connect error
-//! accepts one from the last 100 ms. So PostgreSQL sees at most one map query at a time per
-//! router, however many requests fail together.
+//! accepts one from the last 100 ms. So each database sees at most one map query at a time per
+//! router, however many requests fail together. The rule is kept per shard, and for the catalog
+//! read on its own (so the catalog database may see its shard-map read next to its own map read,
+//! two at most): shards are read concurrently, each within `db_timeout`, and a slow or failed
+//! shard neither delays installing the others' reads nor makes a caller that only needs another
+//! shard ([`AssignmentCache::refresh_partition`]) wait for it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
 
-use deadpool_postgres::Pool;
 use schema::wire::{PartitionAssignment, PartitionMap};
-use tokio::sync::Mutex;
 
-use crate::db::{self, DbError};
-use crate::metrics::{self, RefreshCause};
+mod cache;
+mod view;
+
+pub use cache::AssignmentCache;
+pub use view::{ClusterMap, Placement};
 
 /// Where to send a request for one partition, as of one map.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +102,7 @@ impl RoutingMap {
     }
 
     /// Partitions whose owner or epoch differ between two maps (for logs).
-    fn changed_partitions(&self, older: &RoutingMap) -> usize {
+    pub(crate) fn changed_partitions(&self, older: &RoutingMap) -> usize {
         self.map
             .partitions
             .iter()
@@ -140,97 +152,6 @@ impl MapSlot {
                 let previous = existing.map(|e| e.revision());
                 *current = Some(Arc::new(candidate));
                 Offer::Accepted { previous }
-            }
-        }
-    }
-}
-
-/// The map cache with its PostgreSQL source.
-pub struct AssignmentCache {
-    slot: MapSlot,
-    pool: Pool,
-    /// Bound on one map read.
-    db_timeout: Duration,
-    /// Held during a read; guards the start time of the latest read attempt, which is what
-    /// waiters compare their `fresh_after` with.
-    refresh: Mutex<Option<Instant>>,
-    read_seq: AtomicU64,
-}
-
-impl AssignmentCache {
-    pub fn new(pool: Pool, db_timeout: Duration) -> Self {
-        AssignmentCache {
-            slot: MapSlot::default(),
-            pool,
-            db_timeout,
-            refresh: Mutex::new(None),
-            read_seq: AtomicU64::new(0),
-        }
-    }
-
-    /// The current map; `None` until the first successful read.
-    pub fn current(&self) -> Option<Arc<RoutingMap>> {
-        self.slot.get()
-    }
-
-    /// Re-read the map from PostgreSQL unless a read started at or after `fresh_after` already
-    /// completed (or failed) while this caller waited. Returns the current map afterwards.
-    ///
-    /// Only the caller that actually read sees a database error; coalesced waiters get the
-    /// (possibly stale) current map and carry on with their own retry loop.
-    pub async fn refresh(
-        &self,
-        cause: RefreshCause,
-        fresh_after: Instant,
-    ) -> Result<Option<Arc<RoutingMap>>, DbError> {
-        let mut last_started = self.refresh.lock().await;
-        if last_started.is_some_and(|started| started >= fresh_after) {
-            return Ok(self.current());
-        }
-        let started = Instant::now();
-        *last_started = Some(started);
-        let read_seq = self.read_seq.fetch_add(1, Ordering::Relaxed) + 1;
-        metrics::record_map_refresh(cause);
-        let map = match db::read_map(&self.pool, self.db_timeout).await {
-            Ok(map) => map,
-            Err(e) => {
-                metrics::record_map_refresh_failure(cause);
-                tracing::warn!(cause = cause.as_str(), error = %e, "assignment map refresh failed");
-                return Err(e);
-            }
-        };
-        // Installed while still holding the lock, so a waiter satisfied by this read sees it.
-        self.install(RoutingMap { map, read_seq }, cause);
-        drop(last_started);
-        Ok(self.current())
-    }
-
-    fn install(&self, candidate: RoutingMap, cause: RefreshCause) {
-        let before = self.current();
-        let revision = candidate.revision();
-        let changed = before.as_ref().map_or(candidate.map.partitions.len(), |b| {
-            candidate.changed_partitions(b)
-        });
-        match self.slot.offer(candidate) {
-            Offer::Accepted { previous } => {
-                metrics::set_assignment_revision(revision);
-                if previous != Some(revision) || changed > 0 {
-                    tracing::info!(
-                        cause = cause.as_str(),
-                        revision,
-                        previous_revision = previous,
-                        changed_partitions = changed,
-                        "assignment map updated"
-                    );
-                }
-            }
-            Offer::Stale { current } => {
-                tracing::debug!(
-                    cause = cause.as_str(),
-                    revision,
-                    current_revision = current,
-                    "ignored an older assignment map read"
-                );
             }
         }
     }

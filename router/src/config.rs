@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
+use schema::shard::{ShardName, ShardTarget};
 
 /// Time the router allows, beyond the allocators' request deadline, for an owner's "deadline
 /// exceeded" answer to travel back (network, scheduling). See
@@ -36,9 +37,22 @@ pub enum Command {
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// PostgreSQL holding the lease table (the assignment map) and the reservations.
-    #[arg(long, env = "DATABASE_URL")]
-    pub database_url: String,
+    /// PostgreSQL holding the lease table (the assignment map) and the reservations: a cluster of
+    /// one database (the shard [`schema::shard::DEFAULT_SHARD`]). Not with `--shard`.
+    #[arg(long, env = "DATABASE_URL", required_unless_present = "shards")]
+    pub database_url: Option<String>,
+
+    /// One shard of a cluster over several PostgreSQL primaries, as `NAME=URL`; repeated, the
+    /// catalog (the shard holding the shard map) first and the others in the catalog's order.
+    /// In `ROUTER_SHARDS` the shards are separated by spaces, not commas: a multi-host URL (a
+    /// primary and its standbys, DESIGN.md §13) has commas of its own.
+    #[arg(
+        long = "shard",
+        env = "ROUTER_SHARDS",
+        value_name = "NAME=URL",
+        value_delimiter = ' '
+    )]
+    pub shards: Vec<ShardTarget>,
 
     /// Redis carrying assignment hints. Optional at runtime: without it (or while it is down) the
     /// router keeps routing correctly from the periodic poll.
@@ -160,6 +174,8 @@ pub const ACCESS_FLAGS: access::Flags = access::Flags {
     burst: "--client-burst (ROUTER_CLIENT_BURST)",
     require_router: None,
 };
+pub const SHARD_FLAG: &str = "--shard (ROUTER_SHARDS)";
+pub const DATABASE_URL_FLAG: &str = "--database-url (DATABASE_URL)";
 pub const UPSTREAM_TOKEN_FLAG: &str = "--upstream-token-file (ROUTER_UPSTREAM_TOKEN_FILE)";
 /// The TLS flags, for refusals.
 pub const TLS_CERT_FLAG: &str = "--tls-cert (ROUTER_TLS_CERT)";
@@ -171,7 +187,9 @@ pub const UPSTREAM_CLIENT_KEY_FLAG: &str = "--upstream-client-key (ROUTER_UPSTRE
 /// Validated runtime configuration.
 #[derive(Debug, Clone)]
 pub struct RouterConfig {
-    pub database_url: String,
+    /// The shards, the catalog first: the `--shard` list, or the one database of
+    /// `--database-url` as the shard [`schema::shard::DEFAULT_SHARD`].
+    pub shards: Vec<ShardTarget>,
     /// `None` runs on polling alone.
     pub redis_url: Option<String>,
     pub listen: String,
@@ -204,10 +222,13 @@ pub struct RouterConfig {
 }
 
 impl RouterConfig {
-    /// Defaults matching the command line's, for the given database.
+    /// Defaults matching the command line's, for the given database (a cluster of one shard).
     pub fn new(database_url: impl Into<String>) -> Self {
         RouterConfig {
-            database_url: database_url.into(),
+            shards: vec![ShardTarget {
+                name: ShardName::default_shard(),
+                url: database_url.into(),
+            }],
             redis_url: None,
             listen: "127.0.0.1:8080".to_owned(),
             poll_interval: Duration::from_millis(1000),
@@ -237,7 +258,14 @@ impl RouterConfig {
         self.retry_deadline * 2 + self.db_timeout * 2
     }
 
+    /// The configured shards' names, in order (the catalog's map must list exactly these).
+    pub fn shard_names(&self) -> Vec<ShardName> {
+        self.shards.iter().map(|s| s.name.clone()).collect()
+    }
+
     pub fn validate(&self) -> Result<()> {
+        schema::shard::target_names(&self.shards)
+            .map_err(|e| anyhow::anyhow!("{SHARD_FLAG}: {e}"))?;
         let positive = [
             (
                 "--poll-interval-ms (ROUTER_POLL_INTERVAL_MS)",
@@ -315,7 +343,7 @@ impl TryFrom<ServeArgs> for RouterConfig {
             })?),
         };
         let config = RouterConfig {
-            database_url: args.database_url,
+            shards: resolve_shards(args.database_url, args.shards)?,
             redis_url: args.redis_url.filter(|u| !u.is_empty()),
             listen: args.listen,
             poll_interval: ms(args.poll_interval_ms),
@@ -353,6 +381,32 @@ impl TryFrom<ServeArgs> for RouterConfig {
         };
         config.validate()?;
         Ok(config)
+    }
+}
+
+/// The shards of a command line: the `--shard` list, or the one database of `--database-url`.
+/// Both at once is refused rather than guessed at (which would be the catalog?), and so is a name
+/// given twice.
+fn resolve_shards(
+    database_url: Option<String>,
+    shards: Vec<ShardTarget>,
+) -> Result<Vec<ShardTarget>> {
+    let database_url = database_url.filter(|u| !u.is_empty());
+    match (database_url, shards.is_empty()) {
+        (Some(_), false) => bail!(
+            "give either {DATABASE_URL_FLAG} (one database) or {SHARD_FLAG} (several shards), \
+             not both"
+        ),
+        (Some(url), true) => Ok(vec![ShardTarget {
+            name: ShardName::default_shard(),
+            url,
+        }]),
+        (None, false) => {
+            schema::shard::target_names(&shards)
+                .map_err(|e| anyhow::anyhow!("{SHARD_FLAG}: {e}"))?;
+            Ok(shards)
+        }
+        (None, true) => bail!("give {DATABASE_URL_FLAG} or at least one {SHARD_FLAG}"),
     }
 }
 

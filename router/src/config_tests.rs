@@ -144,3 +144,78 @@ fn tls_flags_come_in_working_sets() {
         "{error}"
     );
 }
+
+fn parse_serve(argv: &[&str]) -> Result<RouterConfig> {
+    let mut full = vec!["router", "serve"];
+    full.extend_from_slice(argv);
+    let Command::Serve(args) = Cli::try_parse_from(full)?.command;
+    RouterConfig::try_from(args)
+}
+
+#[test]
+fn one_database_is_the_default_shard() {
+    let config = parse_serve(&["--database-url", "postgres://x/y"]).unwrap();
+    assert_eq!(config.shards.len(), 1);
+    assert_eq!(config.shards[0].name.as_str(), schema::shard::DEFAULT_SHARD);
+    assert_eq!(config.shards[0].url, "postgres://x/y");
+    let defaults = RouterConfig::new("postgres://x/y");
+    assert_eq!(defaults.shards, config.shards);
+}
+
+#[test]
+fn shards_are_kept_in_order_with_multi_host_urls() {
+    let config = parse_serve(&[
+        "--shard",
+        "s0=postgres://a:5432,b:5432/x?target_session_attrs=read-write",
+        "--shard",
+        "s1=postgres://c/x",
+    ])
+    .unwrap();
+    let names: Vec<&str> = config.shards.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["s0", "s1"]);
+    assert_eq!(
+        config.shards[0].url,
+        "postgres://a:5432,b:5432/x?target_session_attrs=read-write"
+    );
+    assert_eq!(config.shard_names().len(), 2);
+}
+
+#[test]
+fn shards_and_a_database_url_are_refused_together() {
+    let error = parse_serve(&[
+        "--database-url",
+        "postgres://x/y",
+        "--shard",
+        "s0=postgres://a/x",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("--database-url") && error.contains("--shard") && error.contains("not both"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_shard_named_twice_or_malformed_is_refused() {
+    let error = parse_serve(&[
+        "--shard",
+        "s0=postgres://a/x",
+        "--shard",
+        "s0=postgres://b/x",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("s0 is named twice"), "{error}");
+    assert!(parse_serve(&["--shard", "postgres://a/x"]).is_err());
+    assert!(parse_serve(&["--shard", "Bad=postgres://a/x"]).is_err());
+    // Neither flag: clap refuses before the config exists.
+    assert!(parse_serve(&[]).is_err());
+    // A config built by hand is checked as well.
+    let mut config = RouterConfig::new("postgres://x/y");
+    config.shards.push(config.shards[0].clone());
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("named twice"), "{error}");
+    config.shards.clear();
+    assert!(config.validate().is_err());
+}

@@ -1,5 +1,11 @@
-//! The router's PostgreSQL access: a small bounded pool and its read-only lookups (the assignment
-//! map, the partition of an existing reservation, the settlement job's status).
+//! The router's PostgreSQL access: a small bounded pool per shard and its read-only lookups (the
+//! assignment map, the catalog's shard map, the partition of an existing reservation, the
+//! settlement job's status).
+//!
+//! Every shard has a storage fence, a map-lookup pool and an orders pool of its own
+//! ([`ShardDb`]): a fence remembers one cluster (DESIGN.md §13), and a shard that is down or slow
+//! then exhausts only its own pools, so it stops only its own partitions and the orders stored
+//! on it.
 //!
 //! deadpool's timeouts default to none, which would let a frozen database park every request
 //! forever; every wait here is bounded by `db_timeout` (waiting for a pooled connection,
@@ -11,6 +17,8 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use edge::pg::PoolSettings;
+use futures::stream::{FuturesUnordered, StreamExt};
+use schema::shard::{ShardMap, ShardName, ShardTarget};
 use schema::wire::PartitionMap;
 use storage::{FenceSettings, StorageFence};
 
@@ -25,17 +33,41 @@ pub enum DbError {
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("query failed: {0}")]
     Query(#[from] tokio_postgres::Error),
+    #[error("{0}")]
+    Schema(#[from] schema::SchemaError),
 }
 
 /// How often the fence reads every configured host.
 pub const FENCE_PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
-/// The router's storage fence (DESIGN.md §13): the map is read only from the newest primary
-/// among the URL's hosts, never from a revived old one that still shows the leases it had. The
-/// router only reads, so it never stamps a generation.
-pub fn fence(config: &RouterConfig) -> anyhow::Result<Arc<StorageFence>> {
+/// One shard's connections: its fence, the pool for routing lookups (`--db-pool-size`) and the
+/// pool for orders (`--orders-db-pool-size`), both through the fence.
+pub struct ShardDb {
+    pub name: ShardName,
+    pub fence: Arc<StorageFence>,
+    pub pool: Pool,
+    pub orders_pool: Pool,
+}
+
+impl ShardDb {
+    /// The fence and pools of `shard`, without connecting (see [`build_pool`]).
+    pub fn new(config: &RouterConfig, shard: &ShardTarget) -> anyhow::Result<Self> {
+        let fence = fence(config, &shard.url)?;
+        Ok(Self {
+            name: shard.name.clone(),
+            pool: build_pool(&fence, config, config.db_pool_size)?,
+            orders_pool: build_pool(&fence, config, config.orders_db_pool_size)?,
+            fence,
+        })
+    }
+}
+
+/// A shard's storage fence (DESIGN.md §13): the map is read only from the newest primary among
+/// the URL's hosts, never from a revived old one that still shows the leases it had. The router
+/// only reads, so it never stamps a generation.
+pub fn fence(config: &RouterConfig, url: &str) -> anyhow::Result<Arc<StorageFence>> {
     StorageFence::new(
-        &config.database_url,
+        url,
         FenceSettings {
             metrics: crate::metrics::STORAGE_METRICS,
             probe_interval: FENCE_PROBE_INTERVAL,
@@ -79,16 +111,47 @@ pub async fn read_map(pool: &Pool, timeout: Duration) -> Result<PartitionMap, Db
     .await
 }
 
+/// The catalog's shard map ([`schema::shard::store::read_map_if_migrated`]): `None` on a
+/// database that holds none (not the catalog, or not migrated that far).
+pub async fn read_shard_map(pool: &Pool, timeout: Duration) -> Result<Option<ShardMap>, DbError> {
+    bounded(timeout, async {
+        let client = pool.get().await?;
+        Ok(schema::shard::store::read_map_if_migrated(&**client).await?)
+    })
+    .await
+}
+
 /// The partition of reservation `id`, or `None` if no such reservation exists.
+///
+/// A reservation id names no shard, so every shard is asked at once: the first that knows the id
+/// answers (ids are unique cluster-wide, the allocator places a reservation on its partition's
+/// shard only). `None` needs every shard's `None`; a shard that fails while none knows the id is
+/// that shard's error, because the reservation may be exactly there (never "not found").
 pub async fn reservation_partition(
-    pool: &Pool,
+    pools: &[Pool],
     timeout: Duration,
     id: &str,
 ) -> Result<Option<schema::assignment::ReservationPlace>, DbError> {
-    on_connection(pool, timeout, async |client| {
-        schema::assignment::reservation_partition(client, id).await
-    })
-    .await
+    let mut lookups: FuturesUnordered<_> = pools
+        .iter()
+        .map(|pool| {
+            on_connection(pool, timeout, async |client| {
+                schema::assignment::reservation_partition(client, id).await
+            })
+        })
+        .collect();
+    let mut failure = None;
+    while let Some(answer) = lookups.next().await {
+        match answer {
+            Ok(Some(place)) => return Ok(Some(place)),
+            Ok(None) => {}
+            Err(e) => failure = failure.or(Some(e)),
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(None),
+    }
 }
 
 /// The settlement job's status, read like any allocator reads it.

@@ -9,7 +9,10 @@
 //! * on every (re)connect the map is re-read (cause `reconnect`), covering hints missed while
 //!   disconnected;
 //! * a hint whose revision skips past everything seen so far is a `gap` (a hint was lost or is
-//!   still in flight); it is re-read like any other hint but counted separately;
+//!   still in flight); it is re-read like any other hint but counted separately. Revisions are
+//!   per shard, so a hint is compared with what is known of its partition's shard, and a batch
+//!   of hints re-reads only the shards its partitions are on (every shard when one cannot be
+//!   placed);
 //! * a frozen Redis keeps the TCP connection open and silent, so the subscription pings every
 //!   `hints_ping_interval` and treats a missing pong as a disconnect.
 //!
@@ -17,6 +20,7 @@
 //! router starts and serves without Redis (routing then relies on [`crate::poll`]).
 //! `router_redis_feed_connected` is 1 only while subscribed and answering pings.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +59,56 @@ pub fn hint_cause(known: Option<i64>, hint_revision: i64) -> RefreshCause {
     match known {
         Some(known) if hint_revision > known.saturating_add(1) => RefreshCause::Gap,
         _ => RefreshCause::Hint,
+    }
+}
+
+/// What one batch of hints asks for: its cause (a gap if any hint skipped revisions of its
+/// shard) and the shards to re-read (`None`: every shard, because a hint could not be placed).
+#[derive(Debug, PartialEq, Eq)]
+pub struct BatchPlan {
+    pub cause: RefreshCause,
+    pub shards: Option<Vec<usize>>,
+}
+
+impl Default for BatchPlan {
+    fn default() -> Self {
+        Self {
+            cause: RefreshCause::Hint,
+            shards: Some(Vec::new()),
+        }
+    }
+}
+
+impl BatchPlan {
+    /// Add a hint of `revision` for a partition on `shard` (`None`: the placement is not known),
+    /// whose routed map is at `routed`. `known` is the highest revision seen per shard on this
+    /// connection; revisions are per shard, so a hint is compared with its own shard's only.
+    pub fn add(
+        &mut self,
+        known: &mut HashMap<usize, Option<i64>>,
+        shard: Option<usize>,
+        routed: Option<i64>,
+        revision: i64,
+    ) {
+        let Some(shard) = shard else {
+            return self.add_unplaced();
+        };
+        if let Some(list) = self.shards.as_mut() {
+            if !list.contains(&shard) {
+                list.push(shard);
+            }
+        }
+        let known = known.entry(shard).or_default();
+        *known = (*known).max(routed);
+        if hint_cause(*known, revision) == RefreshCause::Gap {
+            self.cause = RefreshCause::Gap;
+        }
+        *known = (*known).max(Some(revision));
+    }
+
+    /// Add a hint that names no shard (unreadable, or the placement is not known).
+    pub fn add_unplaced(&mut self) {
+        self.shards = None;
     }
 }
 
@@ -134,7 +188,9 @@ async fn listen(
     config: &HintsConfig,
     shutdown: &CancellationToken,
 ) -> Ended {
-    let mut known: Option<i64> = None;
+    // The highest revision known per shard (index), from its map or earlier hints on this
+    // connection.
+    let mut known: HashMap<usize, Option<i64>> = HashMap::new();
     let mut ping = tokio::time::interval(config.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
@@ -150,31 +206,40 @@ async fn listen(
                 while let Some(Some(msg)) = stream.next().now_or_never() {
                     batch.push(msg);
                 }
-                known = known.max(cache.current().map(|m| m.revision()));
-                let mut cause = RefreshCause::Hint;
+                let current = cache.current();
+                let mut plan = BatchPlan::default();
                 for msg in &batch {
                     match serde_json::from_slice::<AssignmentHint>(msg.get_payload_bytes()) {
                         Ok(hint) => {
-                            if hint_cause(known, hint.revision) == RefreshCause::Gap {
-                                cause = RefreshCause::Gap;
-                            }
-                            known = known.max(Some(hint.revision));
+                            let shard = cache.shard_of(hint.partition);
+                            let routed = shard.and_then(|s| {
+                                current.as_ref()?.shard(s).map(|m| m.revision())
+                            });
+                            plan.add(&mut known, shard, routed, hint.revision);
                             tracing::debug!(
                                 kind = ?hint.kind,
                                 partition = hint.partition,
                                 epoch = hint.epoch,
                                 revision = hint.revision,
                                 owner_id = %hint.owner_id,
+                                shard = shard,
                                 "assignment hint received"
                             );
                         }
-                        Err(e) => tracing::warn!(error = %e, "malformed assignment hint; re-reading anyway"),
+                        Err(e) => {
+                            plan.add_unplaced();
+                            tracing::warn!(error = %e, "malformed assignment hint; re-reading anyway")
+                        }
                     }
                 }
+                let BatchPlan { cause, shards } = plan;
                 if cause == RefreshCause::Gap {
-                    tracing::info!(revision = known, "assignment hint gap; full re-read");
+                    tracing::info!(shards = ?shards, "assignment hint gap; full re-read");
                 }
-                let _ = cache.refresh(cause, Instant::now()).await;
+                let _ = match shards {
+                    Some(shards) => cache.refresh_shards(&shards, cause, Instant::now()).await,
+                    None => cache.refresh(cause, Instant::now()).await,
+                };
             }
             _ = ping.tick() => {
                 match tokio::time::timeout(config.ping_interval, sink.ping::<redis::Value>()).await {
@@ -198,6 +263,34 @@ mod tests {
         // Older or duplicate hints (reordered publishers) are not gaps.
         assert_eq!(hint_cause(Some(20), 17), RefreshCause::Hint);
         assert_eq!(hint_cause(Some(17), 17), RefreshCause::Hint);
+    }
+
+    #[test]
+    fn hints_are_compared_with_their_own_shard() {
+        let mut known = HashMap::new();
+        // Shard 0 is at 40, shard 1 at 3: a hint of 4 on shard 1 is the next revision there,
+        // not an old one, and a hint of 41 on shard 0 is no gap either.
+        let mut plan = BatchPlan::default();
+        plan.add(&mut known, Some(1), Some(3), 4);
+        plan.add(&mut known, Some(0), Some(40), 41);
+        plan.add(&mut known, Some(1), Some(3), 5);
+        assert_eq!(
+            plan,
+            BatchPlan {
+                cause: RefreshCause::Hint,
+                shards: Some(vec![1, 0]),
+            }
+        );
+        // Skipping on shard 1 (known 5 now) is a gap, whatever shard 0's revision.
+        let mut plan = BatchPlan::default();
+        plan.add(&mut known, Some(1), Some(3), 9);
+        assert_eq!(plan.cause, RefreshCause::Gap);
+        assert_eq!(plan.shards, Some(vec![1]));
+        // A hint that cannot be placed re-reads every shard.
+        let mut plan = BatchPlan::default();
+        plan.add(&mut known, Some(0), Some(40), 42);
+        plan.add(&mut known, None, None, 7);
+        assert_eq!(plan.shards, None);
     }
 
     #[test]

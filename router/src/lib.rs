@@ -10,7 +10,10 @@
 //! How the pieces fit:
 //!
 //! * [`assignment_cache`] holds the partition → owner map, replaced only by newer reads of
-//!   PostgreSQL (monotonic in revision).
+//!   PostgreSQL (monotonic in revision). Over several shards (PostgreSQL primaries, DESIGN.md
+//!   §12) it keeps one map per shard, each in its own revision order, and places partitions by
+//!   the catalog's shard map; [`db`] gives every shard its own fence and pools, and an order is
+//!   stored on the shard its id hashes to.
 //! * [`hints`] subscribes to the Redis hints the allocators publish and [`poll`] re-reads
 //!   periodically; both only *trigger* re-reads, so routing stays correct with Redis down.
 //! * [`forward`] sends one request to the owner and retries, with the same id, on `421`, `503`,

@@ -19,8 +19,16 @@ pub const RETRIES_TOTAL: &str = "router_retries_total";
 pub const UPSTREAM_LATENCY_SECONDS: &str = "router_upstream_latency_seconds";
 /// Time from receiving a request to having an upstream answer or giving up, retries included.
 pub const FORWARD_DURATION_SECONDS: &str = "router_forward_duration_seconds";
-/// Revision of the assignment map the router routes by.
+/// Revision of the assignment map the router routes by: with several shards the highest over
+/// them (revisions of two shards are not comparable; [`SHARD_ASSIGNMENT_REVISION`] is exact).
 pub const ASSIGNMENT_REVISION: &str = "router_assignment_revision";
+/// Revision of each shard's assignment map the router routes by, by `shard`.
+pub const SHARD_ASSIGNMENT_REVISION: &str = "router_shard_assignment_revision";
+/// Failed reads of one shard's assignment map, or of the catalog's shard map, by `shard`.
+pub const SHARD_MAP_READ_FAILURES_TOTAL: &str = "router_shard_map_read_failures_total";
+/// 1 while the catalog's shard map has been read and names the configured shards; 0 while the
+/// router refuses to route by it (not ready).
+pub const SHARD_MAP_AGREES: &str = "router_shard_map_agrees";
 /// 1 while the Redis hint subscription is established and answering pings.
 pub const REDIS_FEED_CONNECTED: &str = "router_redis_feed_connected";
 /// Re-reads of the assignment map from PostgreSQL. `cause`: see [`RefreshCause`].
@@ -163,6 +171,18 @@ fn describe() {
     );
     describe_gauge!(ASSIGNMENT_REVISION, "assignment map revision routed by");
     describe_gauge!(
+        SHARD_ASSIGNMENT_REVISION,
+        "assignment map revision routed by, per shard"
+    );
+    describe_counter!(
+        SHARD_MAP_READ_FAILURES_TOTAL,
+        "failed reads of a shard's assignment map or of the catalog's shard map, per shard"
+    );
+    describe_gauge!(
+        SHARD_MAP_AGREES,
+        "1 while the catalog's shard map agrees with the configured shards"
+    );
+    describe_gauge!(
         REDIS_FEED_CONNECTED,
         "1 while the redis hint feed is connected"
     );
@@ -206,6 +226,18 @@ pub fn record_upstream_latency(seconds: f64) {
 
 pub fn set_assignment_revision(revision: i64) {
     gauge!(ASSIGNMENT_REVISION).set(revision as f64);
+}
+
+pub fn set_shard_assignment_revision(shard: &str, revision: i64) {
+    gauge!(SHARD_ASSIGNMENT_REVISION, "shard" => shard.to_owned()).set(revision as f64);
+}
+
+pub fn record_shard_map_read_failure(shard: &str) {
+    counter!(SHARD_MAP_READ_FAILURES_TOTAL, "shard" => shard.to_owned()).increment(1);
+}
+
+pub fn set_shard_map_agrees(agrees: bool) {
+    gauge!(SHARD_MAP_AGREES).set(if agrees { 1.0 } else { 0.0 });
 }
 
 pub fn set_redis_feed_connected(connected: bool) {

@@ -18,8 +18,9 @@ use crate::orders::store::OrderStore;
 pub struct AppState {
     pub forwarder: Arc<Forwarder>,
     pub cache: Arc<AssignmentCache>,
-    /// For reservation → partition lookups.
-    pub pool: Pool,
+    /// Every shard's map-lookup pool, in the configured order (the catalog first): reservation
+    /// → partition lookups, settlement status, events.
+    pub pools: Vec<Pool>,
     /// Serialises submissions of one order id (its own pool: each order in progress holds a
     /// connection).
     pub orders: Arc<OrderStore>,
@@ -39,6 +40,24 @@ impl AppState {
                 detail: "assignment map not loaded yet".to_owned(),
             }),
         }
+    }
+
+    /// The catalog's pool (the first shard's).
+    pub fn catalog_pool(&self) -> &Pool {
+        &self.pools[0]
+    }
+
+    /// The pool of the shard holding `partition`; a `503` while the catalog's placement is not
+    /// known (another shard's rows would answer as if the partition had none).
+    pub fn pool_of(&self, partition: u32) -> Result<&Pool, RouterError> {
+        self.cache
+            .shard_of(partition)
+            .and_then(|i| self.pools.get(i))
+            .ok_or_else(|| {
+                RouterError::Storage(format!(
+                    "the shard of partition {partition} is not known yet"
+                ))
+            })
     }
 
     /// The partition of `sku`, by the one shared hash.

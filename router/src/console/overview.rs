@@ -9,6 +9,12 @@
 //!
 //! The settlement job is optional in the answer: it is `null` when its status cannot be read
 //! (no job row, as in a database from before the job existed), which must not hide the map.
+//!
+//! With several shards every shard is read concurrently (its lease map and its replicas, each
+//! shard's allocators register there), within the one timeout, and merged: partitions in order,
+//! replicas by id, `revision` the highest over the shards (not comparable between shards, a
+//! summary). Any shard that does not answer makes the page a `503` rather than a map with holes.
+//! The settlement job shown is the catalog shard's only.
 
 use std::time::Instant;
 
@@ -58,16 +64,40 @@ pub async fn overview(
     traffic: web::Data<Traffic>,
 ) -> Result<HttpResponse, RouterError> {
     let (map, mut replicas, settlement) = db::bounded(state.db_timeout, async {
-        let client = state.pool.get().await?;
-        let map = schema::assignment::read_map(&**client).await?;
-        let replicas = read_replicas(&**client).await?;
-        let settlement = match schema::settlement::read_status(&**client).await {
-            Ok(status) => Some(status),
-            Err(e) => {
-                tracing::debug!(error = %e, "no settlement job status");
-                None
-            }
-        };
+        let reads = state
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(index, pool)| async move {
+                let client = pool.get().await?;
+                let map = schema::assignment::read_map(&**client).await?;
+                let replicas = read_replicas(&**client).await?;
+                // The catalog's settlement job only (see the module's doc).
+                let settlement = if index == 0 {
+                    match schema::settlement::read_status(&**client).await {
+                        Ok(status) => Some(status),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "no settlement job status");
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                Ok::<_, DbError>((map, replicas, settlement))
+            });
+        // Never empty: a configuration names at least one shard.
+        let mut shards = futures::future::try_join_all(reads).await?.into_iter();
+        let (mut map, mut replicas, settlement) = shards
+            .next()
+            .ok_or_else(|| DbError::Timeout(state.db_timeout))?;
+        for (other, more, _) in shards {
+            map.revision = map.revision.max(other.revision);
+            map.partitions.extend(other.partitions);
+            replicas.extend(more);
+        }
+        map.partitions.sort_by_key(|p| p.partition);
+        replicas.sort_by(|a, b| a.replica_id.cmp(&b.replica_id));
         Ok::<_, DbError>((map, replicas, settlement))
     })
     .await

@@ -186,8 +186,14 @@ impl Forwarder {
                 )
             };
             let remaining = deadline.saturating_duration_since(now);
-            // A failed refresh is logged by the cache; we keep retrying on the current map.
-            let _ = tokio::time::timeout(remaining, self.cache.refresh(cause, fresh_after)).await;
+            // A failed refresh is logged by the cache; we keep retrying on the current map. Only
+            // the partition's shard is re-read: another shard being slow must not hold this up.
+            let _ = tokio::time::timeout(
+                remaining,
+                self.cache
+                    .refresh_partition(req.partition, cause, fresh_after),
+            )
+            .await;
 
             let delay = self.policy.backoff.delay(retries);
             if Instant::now() + delay >= deadline {

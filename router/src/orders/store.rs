@@ -26,6 +26,13 @@
 //!
 //! Each submission that waits holds a connection of the orders pool
 //! (`ROUTER_ORDERS_DB_POOL_SIZE`), which bounds the orders one router works on at once.
+//!
+//! **Shards.** An order spans partitions, so it is not placed by one: its row, lock and stored
+//! answer live on the shard [`schema::shard::order_shard`] names for its id, the same for every
+//! router, through that shard's own orders pool (a shard that is down stops only the orders
+//! stored on it). The check for lines under the earlier id form ([`LineIds::Legacy`]) looks at
+//! the order's shard only: that form predates shards, so its orders are all on a cluster's one
+//! database.
 
 use std::time::Duration;
 
@@ -67,18 +74,19 @@ pub enum Submission {
     Ran(OrderResult),
 }
 
-/// The orders table, through the router's orders pool.
+/// The orders tables, through each shard's orders pool.
 pub struct OrderStore {
-    pool: Pool,
+    /// One per configured shard, in order (never empty).
+    pools: Vec<Pool>,
     db_timeout: Duration,
     /// How long a submission waits for another one of the same order id.
     lock_wait: Duration,
 }
 
 impl OrderStore {
-    pub fn new(pool: Pool, db_timeout: Duration, lock_wait: Duration) -> Self {
+    pub fn new(pools: Vec<Pool>, db_timeout: Duration, lock_wait: Duration) -> Self {
         OrderStore {
-            pool,
+            pools,
             db_timeout,
             lock_wait,
         }
@@ -94,6 +102,11 @@ impl OrderStore {
         }
     }
 
+    /// The orders pool of the shard storing `order_id`.
+    fn pool_of(&self, order_id: &str) -> &Pool {
+        &self.pools[schema::shard::order_shard(order_id, self.pools.len())]
+    }
+
     /// Run or replay `order` under `order_id`, one submission at a time.
     pub async fn submit(
         &self,
@@ -103,7 +116,7 @@ impl OrderStore {
         partition_of: impl Fn(&str) -> u32,
     ) -> Result<Submission, StoreError> {
         let t = self.db_timeout;
-        let mut client = bounded(t, async { Ok(self.pool.get().await?) }).await?;
+        let mut client = bounded(t, async { Ok(self.pool_of(order_id).get().await?) }).await?;
         let tx = bounded(t, async { Ok(client.transaction().await?) }).await?;
         let settings = format!(
             "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}",

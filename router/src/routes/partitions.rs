@@ -1,11 +1,14 @@
 //! Cluster views. `GET /v1/partitions`: the assignment map this router currently routes by (its
 //! cache, not a fresh read), so operators can see exactly what a router believes;
 //! `lease_remaining_ms` is as of the read and `X-Assignment-Revision` repeats the map revision.
+//! With several shards it is every shard's map merged in partition order, each entry with its
+//! own shard's revision; the map's `revision` (and the header) is the highest over the shards,
+//! a summary only, since revisions of two shards are not comparable.
 //! `GET /v1/jobs/settlement`: the settlement job's status, and `GET /v1/events`: one page of a
 //! change-event stream, both read from PostgreSQL as an allocator reads them.
 
 use actix_web::{web, HttpResponse};
-use schema::events::{EventQuery, QueryError};
+use schema::events::{EventQuery, QueryError, Stream};
 use schema::wire::HEADER_ASSIGNMENT_REVISION;
 
 use crate::db;
@@ -19,16 +22,21 @@ pub async fn get(state: web::Data<AppState>) -> Result<HttpResponse, RouterError
         .ok_or_else(|| RouterError::Storage("assignment map not loaded yet".to_owned()))?;
     Ok(HttpResponse::Ok()
         .insert_header((HEADER_ASSIGNMENT_REVISION, map.revision().to_string()))
-        .json(&map.map))
+        .json(map.merged()))
 }
 
+/// The settlement job's status as the catalog shard records it. With several shards this covers
+/// only the catalog's job (each shard's allocators run a job of their own over its rows); a
+/// per-shard answer is not built yet.
 pub async fn settlement(state: web::Data<AppState>) -> Result<HttpResponse, RouterError> {
-    let status = db::settlement_status(&state.pool, state.db_timeout)
+    let status = db::settlement_status(state.catalog_pool(), state.db_timeout)
         .await
         .map_err(|e| RouterError::Storage(e.to_string()))?;
     Ok(HttpResponse::Ok().json(status))
 }
 
+/// One page of a stream: `partition/N` from the shard holding partition N; the settlement
+/// stream from the catalog shard (with several shards, only the catalog's settlement events).
 pub async fn events(
     state: web::Data<AppState>,
     request: actix_web::HttpRequest,
@@ -39,7 +47,11 @@ pub async fn events(
             QueryError::NoStream(detail) => RouterError::NotFound(detail),
         },
     )?;
-    let events = db::events(&state.pool, state.db_timeout, query)
+    let pool = match query.stream {
+        Stream::Partition(partition) => state.pool_of(partition)?,
+        Stream::Settlement => state.catalog_pool(),
+    };
+    let events = db::events(pool, state.db_timeout, query)
         .await
         .map_err(|e| RouterError::Storage(e.to_string()))?;
     Ok(HttpResponse::Ok().json(query.page(events)))

@@ -3,8 +3,10 @@
 //! A new reservation is routed by its SKU; an id in the order-line namespace
 //! ([`schema::wire::ORDER_LINE_PREFIX`]) is refused with `400` (only orders create those). Existing reservations are addressed by id only, so the
 //! router looks their partition up in PostgreSQL
-//! ([`schema::assignment::reservation_partition`]); an id PostgreSQL does not know, and another
-//! client's reservation ([`access::Owner`]), is a `404` without bothering an allocator.
+//! ([`schema::assignment::reservation_partition`]), on every shard at once since an id names no
+//! shard ([`db::reservation_partition`]); an id no shard knows, and another client's reservation
+//! ([`access::Owner`]), is a `404` without bothering an allocator, while a shard that cannot
+//! answer (and no other knowing the id) is a `503`, never a `404`.
 
 use actix_web::{web, HttpResponse};
 use schema::wire::{is_order_line_id, reserved_id_refusal, ReservationId, ReserveRequest};
@@ -61,7 +63,7 @@ async fn by_id(
     action: Option<&str>,
 ) -> Result<HttpResponse, RouterError> {
     let id = id.as_str();
-    let partition = match db::reservation_partition(&state.pool, state.db_timeout, id).await {
+    let partition = match db::reservation_partition(&state.pools, state.db_timeout, id).await {
         // Another client's, or outside the client's namespaces: answered as an unknown id, here
         // already, so not even the answer's headers tell it apart (the owning allocator checks
         // the owner again inside its fenced transaction).
