@@ -229,6 +229,13 @@ impl TestCluster {
     /// A router with test-friendly defaults (short deadline, fast poll), adjusted by `tweak`.
     pub async fn router(&self, tweak: impl FnOnce(&mut RouterConfig)) -> TestRouter {
         let mut config = RouterConfig::new(self.db_url.clone());
+        let shards = self.shard_urls();
+        if !shards.is_empty() {
+            config.shards = shards
+                .iter()
+                .map(|(name, url)| format!("{name}={url}").parse().expect("shard target"))
+                .collect();
+        }
         config.redis_url = Some(self.redis.url());
         config.listen = "127.0.0.1:0".to_owned();
         config.workers = Some(2);
