@@ -77,10 +77,17 @@ impl LeaseManager {
         )
         .await??;
         metrics::gauge!(m::LIVE_REPLICAS).set(view.live_replicas as f64);
+        let mut held = self.ownership.held();
+        if crate::negative_control::enabled() {
+            // The negative control keeps tenures the database no longer grants; counted towards
+            // the fair share they would keep every replica "full" while expired partitions go
+            // unowned. Only leases the database still names this replica for count here.
+            held.retain(|t| view.named_for_me.contains(&t.partition));
+        }
         let plan = plan(
             round,
             view,
-            &self.ownership.held(),
+            &held,
             self.ownership.partition_count(),
             &mut rand::rng(),
         );
