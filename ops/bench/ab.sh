@@ -22,13 +22,14 @@ ab_watch_more() {
 }
 
 # ab_seed_shards PREFIX SKUS: bench.sh's seed on a cluster of several shards: each SKU into the
-# shard of its partition (the catalog's plan, contiguous ranges: schema::shard).
+# shard the catalog's map (the first shard's `shard_map`) names for its partition.
 ab_seed_shards() {
-    local rows="$BENCH_DIR/seed.csv" i
+    local rows="$BENCH_DIR/seed.csv" map="$BENCH_DIR/shard_map.csv" entry
     "$LOADTEST" partitions --prefix "$1" --skus "$2" --partitions "$PARTITIONS" >"$rows"
-    for i in "${!SHARD_LIST[@]}"; do
-        awk -F, -v s="$i" -v n="${#SHARD_LIST[@]}" -v p="$PARTITIONS" 'int($2 * n / p) == s' "$rows" \
-            | psql_db "${SHARD_LIST[$i]#*=}" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
+    psql_db -At -F, "${SHARD_LIST[0]#*=}" -c "SELECT partition, shard FROM shard_map" >"$map"
+    for entry in "${SHARD_LIST[@]}"; do
+        awk -F, -v s="${entry%%=*}" 'NR == FNR { if ($2 == s) mine[$1] = 1; next } $2 in mine' "$map" "$rows" \
+            | psql_db "${entry#*=}" -v stock="$STOCK" -f "$BENCH_SQL/seed.sql" >/dev/null
     done
 }
 
