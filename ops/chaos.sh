@@ -4,13 +4,21 @@
 # through both routers; every operation and fault is recorded, the database dumped at the end,
 # and an independent checker (chaos-check) judges the history. Exits 1 on any violation.
 #
-#   ops/chaos.sh [--seed N] [--duration SECONDS] [--faults LIST] [--out DIR] [--negative-control]
+#   ops/chaos.sh [--seed N] [--duration SECONDS] [--faults LIST] [--shards N] [--out DIR]
+#                [--negative-control]
 #
 #   --seed N              seed of the workload and the fault schedule (default 1)
 #   --duration SECONDS    seconds of load under faults (default 60)
 #   --faults LIST         comma-separated kinds to draw from (default all): kill, pause,
 #                         partition, latency, pg-restart, redis-restart, clock-skew, router-kill,
-#                         window-change, pg-failover
+#                         window-change, pg-failover; with --shards also shard-stop,
+#                         shard-crash, shard-freeze, shard-blackhole, shard-move
+#   --shards N            spread the partitions over N PostgreSQL shards (default 1): the
+#                         catalog shard is the replicated pair, every further shard a server of
+#                         its own, two allocators serve each shard, and the shard faults (a shard
+#                         stopped, crashed, frozen or cut off, a partition moved under load with
+#                         the mover sometimes killed and run again) are drawn too; the checker
+#                         merges the shards' dumps
 #   --out DIR             where history.jsonl, faults.jsonl, dump.json, summary.json,
 #                         check.json and the process logs go (default
 #                         $CARGO_TARGET_DIR/chaos/seed<N>-<time>, printed)
@@ -33,6 +41,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 seed=1
 duration=60
 faults=""
+shards=1
 out=""
 negative=0
 while (($#)); do
@@ -40,6 +49,7 @@ while (($#)); do
         --seed) seed=${2:?--seed needs a value}; shift 2 ;;
         --duration) duration=${2:?--duration needs a value}; shift 2 ;;
         --faults) faults=${2:?--faults needs a value}; shift 2 ;;
+        --shards) shards=${2:?--shards needs a value}; shift 2 ;;
         --out) out=${2:?--out needs a value}; shift 2 ;;
         --negative-control) negative=1; shift ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
@@ -47,6 +57,7 @@ while (($#)); do
     esac
 done
 [[ "$seed" =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer"
+[[ "$shards" =~ ^[1-8]$ ]] || die "--shards must be 1 to 8"
 [[ "$duration" =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive number of seconds"
 
 cd "$REPO_ROOT"
@@ -92,6 +103,7 @@ info "output directory: $out"
 
 args=(--seed "$seed" --duration "$duration" --out "$out" --allocator-bin "$allocator_bin")
 if [[ -n "$faults" ]]; then args+=(--faults "$faults"); fi
+if ((shards > 1)); then args+=(--shards "$shards"); label="$label, $shards shards"; fi
 if ((negative)); then args+=(--negative-control); fi
 step "chaos run: seed $seed, ${duration}s$label"
 t0=$SECONDS

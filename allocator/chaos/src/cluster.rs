@@ -46,6 +46,21 @@ pub struct ClusterSpec {
     pub log_dir: PathBuf,
     /// The routers' auth file (`--auth-file`), if authentication is on.
     pub auth_file: Option<PathBuf>,
+    /// PostgreSQL shards: 1 is the replicated pair alone; with more, shard `s0` (the catalog)
+    /// is the pair and every further shard a private server of its own (`--shards`).
+    pub shards: usize,
+}
+
+impl ClusterSpec {
+    /// Replicas: three on one database; two per shard on several, so that every shard keeps a
+    /// live owner while one of its replicas is killed, paused or cut off.
+    pub fn replicas(&self) -> usize {
+        if self.shards > 1 {
+            2 * self.shards
+        } else {
+            3
+        }
+    }
 }
 
 /// Flags of every replica after testkit's own (database, port, id, URL, Redis).
@@ -66,11 +81,20 @@ fn allocator_args(spec: &ClusterSpec) -> Vec<String> {
         SETTLEMENT_WINDOW_SECS.to_string(),
         "--idempotency-horizon-secs".to_owned(),
         RETENTION_HORIZON_SECS.to_string(),
-        "--ledger-archive-dir".to_owned(),
-        spec.log_dir
-            .with_file_name("ledger-archive")
-            .display()
-            .to_string(),
+    ]);
+    // A move copies the partition's live ledger only, so the target's history would start at
+    // the source's archived prefix; over several shards the ledger is therefore not archived
+    // (retention still removes finished reservations and orders).
+    if spec.shards <= 1 {
+        args.extend([
+            "--ledger-archive-dir".to_owned(),
+            spec.log_dir
+                .with_file_name("ledger-archive")
+                .display()
+                .to_string(),
+        ]);
+    }
+    args.extend([
         // The change-event relay, consumed by the run's consumer (crate::consumer).
         "--events".to_owned(),
         "true".to_owned(),
@@ -112,6 +136,8 @@ pub struct ChaosCluster {
     inner: testkit::Cluster,
     pub pg_restarts: u64,
     pub redis_restarts: u64,
+    /// Stops, crashes and restarts of shards beyond the catalog, all together.
+    pub shard_restarts: u64,
     /// Resident memory (KiB) of each process at the start of the load, by name.
     rss_start: HashMap<String, Option<u64>>,
 }
@@ -134,7 +160,7 @@ impl std::ops::DerefMut for ChaosCluster {
 
 impl ChaosCluster {
     /// Starts everything and waits until every partition has an owner and both routers answer.
-    pub async fn start(spec: ClusterSpec, replicas: usize, routers: usize) -> Result<Cluster> {
+    pub async fn start(spec: ClusterSpec, routers: usize) -> Result<Cluster> {
         let mut allocator_env = Vec::new();
         if spec.negative_control {
             allocator_env.push(("ALLOCATOR_UNSAFE_DISABLE_FENCE".into(), "1".into()));
@@ -144,7 +170,8 @@ impl ChaosCluster {
             .standby(Replication::Synchronous)
             .proxies(true)
             .partitions(PARTITIONS)
-            .allocators(replicas)
+            .shards(spec.shards)
+            .allocators(spec.replicas())
             .routers(routers)
             .allocator_bin(&spec.allocator_bin)
             .router_bin(&spec.router_bin)
@@ -165,6 +192,7 @@ impl ChaosCluster {
             inner,
             pg_restarts: 0,
             redis_restarts: 0,
+            shard_restarts: 0,
             rss_start: HashMap::new(),
         })
     }
@@ -206,6 +234,11 @@ impl ChaosCluster {
                 a.thaw()?;
             }
         }
+        for shard in &self.inner.extra_shards {
+            if shard.server.is_paused() {
+                shard.server.resume()?;
+            }
+        }
         Ok(())
     }
 
@@ -217,6 +250,13 @@ impl ChaosCluster {
         }
         let primary = self.inner.pg.primary().map(|p| p.pid());
         start.insert("postgres".into(), primary.and_then(resident_set_kib));
+        for shard in &self.inner.extra_shards {
+            let pid = shard.server.is_running().then(|| shard.server.pid());
+            start.insert(
+                format!("postgres-{}", shard.name),
+                pid.and_then(resident_set_kib),
+            );
+        }
         start.insert(
             "redis".into(),
             self.inner.redis.pid().and_then(resident_set_kib),
@@ -243,6 +283,17 @@ impl ChaosCluster {
             "end": primary.and_then(resident_set_kib),
             "restarts": self.pg_restarts,
         }));
+        for shard in &self.inner.extra_shards {
+            let name = format!("postgres-{}", shard.name);
+            let pid = shard.server.is_running().then(|| shard.server.pid());
+            out.push(serde_json::json!({
+                "name": name,
+                "note": "the shard's postmaster process only",
+                "start": self.rss_start.get(&name).copied().flatten(),
+                "end": pid.and_then(resident_set_kib),
+                "restarts": self.shard_restarts,
+            }));
+        }
         out.push(serde_json::json!({
             "name": "redis",
             "start": self.rss_start.get("redis").copied().flatten(),
@@ -250,6 +301,49 @@ impl ChaosCluster {
             "restarts": self.redis_restarts,
         }));
         out
+    }
+
+    /// The catalog's shard map now: (partition, shard name), by partition.
+    pub async fn shard_map(&self) -> Result<Vec<(u32, String)>> {
+        let rows = self
+            .inner
+            .db()
+            .await?
+            .query(
+                "SELECT partition, shard FROM shard_map ORDER BY partition",
+                &[],
+            )
+            .await
+            .context("reading the shard map")?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i32>(0) as u32, r.get(1)))
+            .collect())
+    }
+
+    /// A client of every shard, the catalog first, with the partitions the catalog's map gives
+    /// it; for a one-database cluster, its database as shard `main` with every partition.
+    pub async fn shard_dbs(&self) -> Result<Vec<chaos::shards::ShardDb>> {
+        let map = self.shard_map().await?;
+        let names: Vec<String> = match self.inner.shard_urls() {
+            urls if urls.is_empty() => vec!["main".to_owned()],
+            urls => urls.into_iter().map(|(name, _)| name).collect(),
+        };
+        let mut out = Vec::new();
+        for (index, name) in names.into_iter().enumerate() {
+            let partitions = map
+                .iter()
+                .filter(|(_, s)| *s == name)
+                .map(|(p, _)| *p as i32)
+                .collect();
+            out.push(chaos::shards::ShardDb {
+                client: self.inner.shard_db(index).await?,
+                catalog: index == 0,
+                name,
+                partitions,
+            });
+        }
+        Ok(out)
     }
 
     pub fn log_dir(&self) -> &Path {

@@ -16,12 +16,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use testkit::ChildProcess;
 
+use chaos::shards::{self, ShardDb};
+
 /// Every stream's last position (`stream`, `head`), from the counters, which archival leaves
 /// alone.
 const STREAM_HEADS: &str = "SELECT 'partition/' || partition AS stream, last_position AS head
                               FROM ledger_positions
                             UNION ALL
                             SELECT 'settlement', max(position) FROM settlement_runs";
+
+/// What each shard's relay recorded as published (`stream`, `published`).
+const RELAY_PROGRESS: &str =
+    "SELECT stream, published FROM event_relay_progress WHERE published > 0";
 
 /// Seconds without a new event after which a draining consumer stops short of its targets.
 const DRAIN_IDLE_SECS: u64 = 5;
@@ -34,7 +40,8 @@ pub struct EventConsumer {
 }
 
 impl EventConsumer {
-    /// Starts `loadtest events` on every stream of `partitions`, filling gaps from `target`
+    /// Starts `loadtest events` on every stream of `partitions` and of every shard in `shards`
+    /// (none for one database), filling gaps from `target`
     /// (a router, with an `admin` token) and logging to `out/events.jsonl`.
     pub fn start(
         loadtest_bin: &Path,
@@ -42,12 +49,13 @@ impl EventConsumer {
         partitions: u32,
         target: &str,
         token: &str,
+        shards: &[String],
         out: &Path,
     ) -> Result<EventConsumer> {
         let drain_file = out.join("events.drain");
         let _ = std::fs::remove_file(&drain_file);
         let log = out.join("events.jsonl");
-        let args = [
+        let mut args = vec![
             "events".to_owned(),
             "--redis-url".to_owned(),
             redis_url.to_owned(),
@@ -64,6 +72,10 @@ impl EventConsumer {
             "--drain-when".to_owned(),
             drain_file.display().to_string(),
         ];
+        // Over several shards, every shard's settlement stream (the catalog's is `settlement`).
+        for shard in shards {
+            args.extend(["--shard".to_owned(), shard.clone()]);
+        }
         // The token goes through the environment, not the command line others can read.
         let env = [("LOADTEST_TOKEN".to_owned(), token.to_owned())];
         let process = ChildProcess::spawn(
@@ -80,18 +92,10 @@ impl EventConsumer {
     }
 
     /// Tells the consumer to stop once it has every stream up to the relay's recorded progress
-    /// (read now, after the dump) and waits (at most `limit`) for it; a consumer that does not
-    /// stop is killed, and what it logged is still judged.
-    pub async fn drain(mut self, client: &tokio_postgres::Client, limit: Duration) -> Result<()> {
-        let progress: String = client
-            .query_one(
-                "SELECT coalesce(json_object_agg(stream, published), '{}'::json)::text
-                   FROM event_relay_progress WHERE published > 0",
-                &[],
-            )
-            .await
-            .context("reading the relay's progress")?
-            .get(0);
+    /// (read now, after the dump, on every shard) and waits (at most `limit`) for it; a consumer
+    /// that does not stop is killed, and what it logged is still judged.
+    pub async fn drain(mut self, shards: &[ShardDb], limit: Duration) -> Result<()> {
+        let progress = serde_json::to_string(&shards::by_stream(shards, RELAY_PROGRESS).await?)?;
         std::fs::write(&self.drain_file, progress).context("creating the drain file")?;
         match self.process.wait_exit(limit).await {
             Ok(status) if status.success() => Ok(()),
@@ -107,42 +111,38 @@ impl EventConsumer {
     }
 }
 
-/// Writes every stream's last position now ([`STREAM_HEADS`]) to `out/events.heads.json`
-/// (`{"partition/3": 812, …}`): read after the consumer stopped, nothing it received may lie
-/// beyond.
-pub async fn write_heads(client: &tokio_postgres::Client, out: &Path) -> Result<()> {
-    let heads: String = client
-        .query_one(
-            &format!(
-                "SELECT coalesce(json_object_agg(stream, head), '{{}}'::json)::text
-                   FROM ({STREAM_HEADS}) h WHERE head IS NOT NULL"
-            ),
-            &[],
-        )
-        .await
-        .context("reading the streams' heads")?
-        .get(0);
+/// Writes every stream's last position now ([`STREAM_HEADS`], each from the shard that holds
+/// it) to `out/events.heads.json` (`{"partition/3": 812, …}`): read after the consumer stopped,
+/// nothing it received may lie beyond.
+pub async fn write_heads(shards: &[ShardDb], out: &Path) -> Result<()> {
+    let heads = serde_json::to_string(&shards::by_stream(shards, STREAM_HEADS).await?)?;
     let path = out.join("events.heads.json");
     std::fs::write(&path, heads).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Waits (at most `limit`) until the relay recorded every stream as published up to its head;
-/// a relay that lags is the checker's business, not a reason to stop.
-pub async fn wait_for_relay(client: &tokio_postgres::Client, limit: Duration) {
+/// Waits (at most `limit`) until every shard's relay recorded each of its streams as published
+/// up to its head; a relay that lags is the checker's business, not a reason to stop.
+pub async fn wait_for_relay(shards: &[ShardDb], limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
-        let behind = client
-            .query_one(
-                &format!(
-                    "SELECT count(*) FROM event_relay_progress p JOIN ({STREAM_HEADS}) h
-                      USING (stream) WHERE p.published < h.head"
-                ),
-                &[],
-            )
-            .await
-            .map(|row| row.get::<_, i64>(0));
+        let behind = async {
+            let mut behind = Vec::new();
+            for shard in shards {
+                // Streams the relay keeps no progress for are not waited for.
+                let published = shard
+                    .by_stream("SELECT stream, published FROM event_relay_progress")
+                    .await?;
+                for (stream, head) in shard.by_stream(STREAM_HEADS).await? {
+                    if published.get(&stream).is_some_and(|p| *p < head) {
+                        behind.push(stream);
+                    }
+                }
+            }
+            anyhow::Ok(behind)
+        }
+        .await;
         match behind {
-            Ok(0) => return,
+            Ok(b) if b.is_empty() => return,
             _ if Instant::now() >= deadline => {
                 tracing::warn!(?behind, "the relay did not catch up before the dump");
                 return;

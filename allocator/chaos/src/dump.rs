@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 /// (key in the dump, query producing its rows).
-const TABLES: [(&str, &str); 13] = [
+const TABLES: [(&str, &str); 14] = [
     (
         "inventory",
         "SELECT sku, partition, on_hand, available, held, confirmed, highest_epoch
@@ -82,6 +82,11 @@ const TABLES: [(&str, &str); 13] = [
            FROM ledger_archives ORDER BY range_end",
     ),
     (
+        "partition_moves_in",
+        "SELECT partition, from_position, through_position, source_shard FROM partition_moves_in
+          ORDER BY partition, from_position",
+    ),
+    (
         "ledger_archived_totals",
         "SELECT sku, d_on_hand, d_available, d_held, d_confirmed FROM ledger_archived_totals
           ORDER BY sku",
@@ -128,4 +133,32 @@ pub async fn write(
     client.batch_execute("COMMIT").await?;
     doc.push_str("\n}\n");
     std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes the dump of every shard: `dump.json` for a one-database cluster; over several shards,
+/// `dump-<shard>.json` for each and `shards.json` naming them in order with the partitions the
+/// catalog's map gives each, which is what `chaos-check` merges them by.
+pub async fn write_shards(
+    shards: &[crate::shards::ShardDb],
+    out: &Path,
+    horizon: Option<Duration>,
+) -> Result<()> {
+    if let [only] = shards {
+        return write(&only.client, &out.join("dump.json"), horizon).await;
+    }
+    let mut listed = Vec::new();
+    for shard in shards {
+        let file = format!("dump-{}.json", shard.name);
+        write(&shard.client, &out.join(&file), horizon).await?;
+        listed.push(serde_json::json!({
+            "name": shard.name,
+            "catalog": shard.catalog,
+            "partitions": shard.partitions,
+            "dump": file,
+        }));
+    }
+    let doc = serde_json::json!({ "shards": listed });
+    let path = out.join("shards.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&doc)?)
+        .with_context(|| format!("writing {}", path.display()))
 }

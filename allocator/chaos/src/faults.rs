@@ -44,6 +44,16 @@ pub enum Fault {
     /// SIGKILL the PostgreSQL primary, promote its synchronous standby, sometimes revive the old
     /// primary writable on its old address for a while, then rebuild a standby there.
     PgFailover,
+    /// Fast shutdown of a shard other than the catalog, started again after a while.
+    ShardStop,
+    /// SIGKILL of a shard other than the catalog, started again with crash recovery.
+    ShardCrash,
+    /// SIGSTOP of a shard other than the catalog past the lease TTL.
+    ShardFreeze,
+    /// Every allocator of one shard cut off from it past the lease TTL.
+    ShardBlackhole,
+    /// A partition moved to another shard under load, the mover sometimes killed and re-run.
+    ShardMove,
 }
 
 impl Fault {
@@ -60,6 +70,20 @@ impl Fault {
         Fault::PgFailover,
     ];
 
+    /// The faults of a cluster over several shards (`--shards`), drawn besides [`Fault::ALL`].
+    pub const SHARD: [Fault; 5] = [
+        Fault::ShardStop,
+        Fault::ShardCrash,
+        Fault::ShardFreeze,
+        Fault::ShardBlackhole,
+        Fault::ShardMove,
+    ];
+
+    /// Whether the fault needs more than one shard.
+    pub fn needs_shards(self) -> bool {
+        Fault::SHARD.contains(&self)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Fault::Kill => "kill",
@@ -72,6 +96,11 @@ impl Fault {
             Fault::RouterKill => "router-kill",
             Fault::WindowChange => "window-change",
             Fault::PgFailover => "pg-failover",
+            Fault::ShardStop => "shard-stop",
+            Fault::ShardCrash => "shard-crash",
+            Fault::ShardFreeze => "shard-freeze",
+            Fault::ShardBlackhole => "shard-blackhole",
+            Fault::ShardMove => "shard-move",
         }
     }
 }
@@ -80,13 +109,11 @@ impl FromStr for Fault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Fault::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
-                format!("unknown fault {s:?}; known: {}", names.join(","))
-            })
+        let known = || Fault::ALL.into_iter().chain(Fault::SHARD);
+        known().find(|f| f.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = known().map(|f| f.name()).collect();
+            format!("unknown fault {s:?}; known: {}", names.join(","))
+        })
     }
 }
 
@@ -261,6 +288,17 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
             )
         }
         Fault::WindowChange => crate::window_change::inject(cluster, rng).await?,
+        Fault::ShardStop => {
+            cluster.shard_restarts += 1;
+            crate::shard_faults::stop(cluster, rng).await?
+        }
+        Fault::ShardCrash => {
+            cluster.shard_restarts += 1;
+            crate::shard_faults::crash(cluster, rng).await?
+        }
+        Fault::ShardFreeze => crate::shard_faults::freeze(cluster, rng).await?,
+        Fault::ShardBlackhole => crate::shard_faults::blackhole(cluster, rng).await?,
+        Fault::ShardMove => crate::shard_faults::move_partition(cluster, rng).await?,
     })
 }
 

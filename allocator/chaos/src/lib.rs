@@ -28,3 +28,5 @@
 pub mod check;
 /// Writes `dump.json` from a live database (the harness's last step; also used by tests).
 pub mod dump;
+/// Every shard's client and the run-wide names of its streams, for the end of a run.
+pub mod shards;

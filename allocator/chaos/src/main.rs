@@ -13,6 +13,7 @@ mod consumer;
 mod faults;
 mod history;
 mod replicas;
+mod shard_faults;
 mod tokens;
 mod window_change;
 mod workload;
@@ -27,6 +28,7 @@ use clap::Parser;
 use serde_json::json;
 
 use chaos::dump;
+use chaos::shards::ShardDb;
 
 use crate::cluster::{Cluster, ClusterSpec};
 use crate::faults::Fault;
@@ -65,6 +67,11 @@ struct Args {
     /// Concurrent clients.
     #[arg(long, default_value_t = 6)]
     clients: usize,
+    /// PostgreSQL shards: 1 (the default) is one replicated database; with more, partitions
+    /// are spread over a replicated catalog shard and further shards of one server each, two
+    /// replicas serve each shard, and the shard faults are drawn too.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+    shards: u16,
     /// Run nothing: dump the database at this URL into `--out` (with an empty history), for
     /// `chaos-check` to judge a database on its own, such as a restored backup.
     #[arg(long, value_name = "URL", requires = "out")]
@@ -90,10 +97,16 @@ fn libfaketime() -> Option<PathBuf> {
     .find(|p| p.is_file())
 }
 
-/// Waits (at most `limit`) until the settlement job has settled past the last confirmation, so
-/// the checker's settlement rule covers the whole run; a job that lags is the checker's
-/// business, not a reason to stop.
-async fn wait_for_settlement(client: &tokio_postgres::Client, limit: Duration) {
+/// Waits (at most `limit`) until every shard's settlement job has settled past its last
+/// confirmation, so the checker's settlement rule covers the whole run; a job that lags is the
+/// checker's business, not a reason to stop.
+async fn wait_for_settlement(shards: &[ShardDb], limit: Duration) {
+    for shard in shards {
+        wait_for_shard_settlement(&shard.client, limit).await;
+    }
+}
+
+async fn wait_for_shard_settlement(client: &tokio_postgres::Client, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
         let caught_up = client
@@ -144,16 +157,22 @@ async fn dump_only(url: &str, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The fault kinds named by `--faults`, or every kind when none is named.
-fn parse_fault_kinds(names: &[String]) -> Result<Vec<Fault>> {
+/// The fault kinds named by `--faults`, or every kind the cluster can take when none is named
+/// (the shard faults only over several shards).
+fn parse_fault_kinds(names: &[String], shards: u16) -> Result<Vec<Fault>> {
     if names.is_empty() {
-        return Ok(Fault::ALL.to_vec());
+        let shard_faults = if shards > 1 { &Fault::SHARD[..] } else { &[] };
+        return Ok(Fault::ALL.iter().chain(shard_faults).copied().collect());
     }
-    names
+    let kinds: Vec<Fault> = names
         .iter()
         .map(|s| s.parse::<Fault>())
         .collect::<Result<_, _>>()
-        .map_err(anyhow::Error::msg)
+        .map_err(anyhow::Error::msg)?;
+    if let Some(k) = kinds.iter().find(|k| k.needs_shards() && shards < 2) {
+        anyhow::bail!("the fault {} needs --shards 2 or more", k.name());
+    }
+    Ok(kinds)
 }
 
 /// The run's output directory (`--out`, or a new one under the temporary directory named by
@@ -181,7 +200,7 @@ async fn main() -> Result<()> {
     if let (Some(url), Some(out)) = (&args.dump_database, &args.out) {
         return dump_only(url, out).await;
     }
-    let mut kinds = parse_fault_kinds(&args.faults)?;
+    let mut kinds = parse_fault_kinds(&args.faults, args.shards)?;
     let libfaketime = libfaketime();
     if libfaketime.is_none() && kinds.contains(&Fault::ClockSkew) {
         tracing::warn!(
@@ -201,6 +220,7 @@ async fn main() -> Result<()> {
         libfaketime,
         log_dir: out.join("logs"),
         auth_file: Some(out.join("routers.auth")),
+        shards: args.shards.into(),
     };
     let loadtest_bin = args.loadtest_bin.unwrap_or_else(|| sibling("loadtest"));
     for bin in [&spec.allocator_bin, &spec.router_bin, &loadtest_bin] {
@@ -211,13 +231,18 @@ async fn main() -> Result<()> {
         );
     }
     tracing::info!(seed = args.seed, duration_s = args.duration, negative_control = args.negative_control, dir = %out.display(), "starting cluster");
-    let mut cluster = Cluster::start(spec, 3, 2).await?;
+    let mut cluster = Cluster::start(spec, 2).await?;
     let consumer = consumer::EventConsumer::start(
         &loadtest_bin,
         &cluster.redis.url(),
         cluster::PARTITIONS,
         &cluster.routers[0].url,
         &tokens.client,
+        &cluster
+            .shard_urls()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect::<Vec<_>>(),
         &out,
     )?;
 
@@ -269,16 +294,17 @@ async fn main() -> Result<()> {
         .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss = cluster.rss_report();
-    let client = cluster.db().await?;
-    wait_for_settlement(&client, Duration::from_secs(45)).await;
-    consumer::wait_for_relay(&client, Duration::from_secs(45)).await;
+    let shards = cluster.shard_dbs().await?;
+    wait_for_settlement(&shards, Duration::from_secs(45)).await;
+    consumer::wait_for_relay(&shards, Duration::from_secs(45)).await;
     let horizon = Duration::from_secs(cluster::RETENTION_HORIZON_SECS);
-    dump::write(&client, &out.join("dump.json"), Some(horizon)).await?;
-    consumer.drain(&client, Duration::from_secs(60)).await?;
-    consumer::write_heads(&client, &out).await?;
+    dump::write_shards(&shards, &out, Some(horizon)).await?;
+    consumer.drain(&shards, Duration::from_secs(60)).await?;
+    consumer::write_heads(&shards, &out).await?;
     let summary = json!({
         "seed": args.seed,
         "duration_s": args.duration,
+        "shards": args.shards,
         "load_seconds": load_seconds,
         "negative_control": args.negative_control,
         "fault_kinds": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),

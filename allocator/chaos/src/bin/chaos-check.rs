@@ -1,6 +1,7 @@
 //! `chaos-check DIR`: checks a chaos run's recorded history against its final database dump.
 //!
-//! Reads `DIR/history.jsonl`, `DIR/dump.json` and, when the run had a change-event consumer,
+//! Reads `DIR/history.jsonl`, `DIR/dump.json` (or, for a run over several shards,
+//! `DIR/shards.json` and the `DIR/dump-<shard>.json` it names, merged) and, when the run had a change-event consumer,
 //! `DIR/events.jsonl` with `DIR/events.heads.json` (and, for the table only, `DIR/faults.jsonl` and `DIR/summary.json`),
 //! prints the operations, faults, memory and violations table, writes `DIR/check.json`
 //! (violations per rule) and exits 1 when any rule found a violation, 2 when the input could not
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use chaos::check::{check, Delivery, Dump, Op};
+use chaos::check::{check, shards, Delivery, Dump, Op};
 use serde_json::Value;
 
 fn read_jsonl(path: &Path) -> Result<Vec<Value>, String> {
@@ -24,17 +25,25 @@ fn read_jsonl(path: &Path) -> Result<Vec<Value>, String> {
         .collect()
 }
 
+fn read_json(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn run(dir: &Path) -> Result<bool, String> {
     let history: Vec<Op> = read_jsonl(&dir.join("history.jsonl"))?
         .iter()
         .map(Op::from_json)
         .collect::<Result<_, _>>()?;
-    let dump_path = dir.join("dump.json");
-    let dump_text =
-        std::fs::read_to_string(&dump_path).map_err(|e| format!("{}: {e}", dump_path.display()))?;
-    let dump_json: Value =
-        serde_json::from_str(&dump_text).map_err(|e| format!("{}: {e}", dump_path.display()))?;
-    let mut dump = Dump::from_json(&dump_json)?;
+    let shards_path = dir.join("shards.json");
+    let mut dump = if shards_path.is_file() {
+        // A run over several shards: one dump per shard, merged.
+        let listing = read_json(&shards_path)?;
+        let parts = shards::parts(&listing, |file| read_json(&dir.join(file)))?;
+        shards::merge(&parts)?
+    } else {
+        Dump::from_json(&read_json(&dir.join("dump.json"))?)?
+    };
     let events = dir.join("events.jsonl");
     if events.is_file() {
         let deliveries = read_jsonl(&events)?

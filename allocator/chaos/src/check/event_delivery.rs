@@ -99,7 +99,7 @@ fn run(facts: &Facts) -> Vec<String> {
     for run in &facts.dump.runs {
         if let Some(position) = run.position {
             expected
-                .entry("settlement".to_owned())
+                .entry(run.stream.clone())
                 .or_default()
                 .insert(position, ("settlement.window_settled", None, None));
         }

@@ -130,8 +130,10 @@ pub struct Run {
     pub status: String,
     pub reservations: Option<i64>,
     pub quantity: Option<i64>,
-    /// A settled window's position in the `settlement` stream (V13).
+    /// A settled window's position in its stream (V13).
     pub position: Option<i64>,
+    /// That stream: `settlement`, or `settlement/<shard>` for a shard other than the catalog.
+    pub stream: String,
 }
 
 /// One `settlements` row: a window's total for one SKU.
@@ -176,6 +178,13 @@ pub struct Dump {
     pub deliveries: Option<Vec<Delivery>>,
     /// stream → its last position, read after the consumer stopped (`events.heads.json`).
     pub final_heads: Option<BTreeMap<String, i64>>,
+    /// Over several shards, each shard's own dump for its settlement (see `shards`); empty for
+    /// one database, whose settlement is judged on this dump.
+    pub shard_settlement: Vec<(String, Dump)>,
+    /// Over several shards, the ledger rows each shard keeps of partitions it no longer holds
+    /// (a move's source): no owner may have written them under a superseded epoch either, so the
+    /// `stale-epoch-write` rule judges them too; no other rule reads them.
+    pub foreign_ledger: Vec<LedgerRow>,
 }
 
 /// One change event as the run's consumer received it.
@@ -325,6 +334,7 @@ impl Dump {
                 reservations: r["reservations"].as_i64(),
                 quantity: r["quantity"].as_i64(),
                 position: r["position"].as_i64(),
+                stream: r["stream"].as_str().unwrap_or("settlement").to_owned(),
             });
         }
         for r in optional_rows(v, "settlements") {

@@ -57,6 +57,9 @@ mod oversell;
 mod refused_but_applied;
 mod reservation_ledger_mismatch;
 mod settlement_exactness;
+pub mod shards;
+#[cfg(test)]
+mod shards_tests;
 mod stale_epoch_write;
 #[cfg(test)]
 mod testdata;

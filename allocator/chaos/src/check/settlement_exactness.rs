@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Facts, Rule};
+use super::{Dump, Facts, Rule};
 
 pub(super) const RULE: Rule = Rule {
     name: "settlement-exactness",
@@ -19,7 +19,23 @@ pub(super) const RULE: Rule = Rule {
 };
 
 fn run(facts: &Facts) -> Vec<String> {
-    let dump = facts.dump;
+    if facts.dump.shard_settlement.is_empty() {
+        return judge(facts.dump);
+    }
+    // Over several shards every shard settles its own windows from its own ledger.
+    let mut found = Vec::new();
+    for (shard, dump) in &facts.dump.shard_settlement {
+        found.extend(
+            judge(dump)
+                .into_iter()
+                .map(|v| format!("shard {shard}: {v}")),
+        );
+    }
+    found
+}
+
+/// The rule over one database's windows and ledger.
+fn judge(dump: &Dump) -> Vec<String> {
     let mut settled: Vec<_> = dump.runs.iter().filter(|r| r.status == "settled").collect();
     settled.sort_by_key(|r| r.start_us);
     let mut found = Vec::new();
@@ -128,6 +144,7 @@ mod tests {
             reservations: Some(reservations),
             quantity: Some(quantity),
             position: None,
+            stream: "settlement".into(),
         }
     }
 

@@ -38,7 +38,8 @@ fn run(facts: &Facts) -> Vec<String> {
     }
     let horizon = dump.history_from_entry.unwrap_or(i64::MIN);
     let mut found = Vec::new();
-    for r in dump.ledger.iter().filter(|r| r.entry_id >= horizon) {
+    let rows = dump.ledger.iter().filter(|r| r.entry_id >= horizon);
+    for r in rows.chain(&dump.foreign_ledger) {
         let Some(epochs) = later.get(&r.partition) else {
             continue;
         };

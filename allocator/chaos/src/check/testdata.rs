@@ -103,6 +103,7 @@ pub fn clean() -> (Vec<Op>, Dump) {
             reservations: Some(1),
             quantity: Some(3),
             position: Some(1),
+            stream: "settlement".into(),
         },
         Run {
             start_us: 100,
@@ -111,6 +112,7 @@ pub fn clean() -> (Vec<Op>, Dump) {
             reservations: None,
             quantity: None,
             position: None,
+            stream: "settlement".into(),
         },
     ];
     dump.settlements = vec![Settled {
