@@ -168,6 +168,10 @@ impl ChaosCluster {
         let inner = testkit::Cluster::builder()
             .name("chaos")
             .standby(Replication::Synchronous)
+            // Every shard commits durably, as in production: a `shard-crash` must not take
+            // back a commit that was acknowledged (the test servers default to
+            // `synchronous_commit=off`, which loses the last commits on SIGKILL).
+            .pg_settings(vec![("synchronous_commit".into(), "on".into())])
             .proxies(true)
             .partitions(PARTITIONS)
             .shards(spec.shards)

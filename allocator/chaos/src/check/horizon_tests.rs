@@ -67,6 +67,7 @@ fn archived_world() -> (Vec<super::Op>, super::Dump) {
         before_us: 100,
         last_entry_id: 3,
         totals: BTreeMap::from([("a".to_owned(), [10, 7, 0, 3])]),
+        last_entry_by_sku: BTreeMap::new(),
     });
     (history, dump)
 }

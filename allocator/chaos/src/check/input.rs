@@ -226,6 +226,9 @@ pub struct ArchivedPrefix {
     pub before_us: i64,
     /// The highest archived entry id: a live row below it was inserted before an archived one.
     pub last_entry_id: i64,
+    /// Over several shards, the highest archived entry id of the shard each SKU's rows come
+    /// from (entry ids are per shard); `last_entry_id` for a SKU not named.
+    pub last_entry_by_sku: BTreeMap<String, i64>,
     /// sku → the archived rows' sums, [on_hand, available, held, confirmed].
     pub totals: BTreeMap<String, [i64; 4]>,
 }

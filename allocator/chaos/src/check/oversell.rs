@@ -29,7 +29,10 @@ pub(super) fn archived(facts: &Facts, sku: &str) -> ([i64; 4], i64) {
     facts.dump.archived.as_ref().map_or(([0; 4], 0), |a| {
         (
             a.totals.get(sku).copied().unwrap_or_default(),
-            a.last_entry_id,
+            a.last_entry_by_sku
+                .get(sku)
+                .copied()
+                .unwrap_or(a.last_entry_id),
         )
     })
 }

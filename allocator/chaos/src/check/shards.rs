@@ -16,15 +16,15 @@
 //!   catalog, `settlement/<shard>` elsewhere).
 //!
 //! Ledger entry ids come from each shard's own sequence; the merged ledger keeps them, and the
-//! rules compare them only within one SKU, whose rows come from one shard. Archived ledger
-//! partitions and rows older than a shard's lease history are not judged over several shards:
-//! such a dump is refused.
+//! rules compare them only within one SKU, whose rows come from one shard — so a SKU's archived
+//! sums and last archived entry id are its holder's too. Rows older than a shard's lease history
+//! are not judged over several shards: such a dump is refused.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::input::Dump;
+use super::input::{ArchivedPrefix, Dump};
 
 /// One shard of the run as `shards.json` lists it, with its dump.
 #[derive(Debug, Clone)]
@@ -74,14 +74,17 @@ impl ShardPart {
         self.stream_name("settlement").unwrap_or_default()
     }
 
+    /// The SKUs of the partitions it holds.
+    fn skus(&self) -> BTreeSet<String> {
+        rows(&self.dump, "inventory")
+            .iter()
+            .filter(|r| self.holds(r))
+            .filter_map(|r| r["sku"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Refuses what the merge cannot judge.
     fn check_judgeable(&self) -> Result<(), String> {
-        if !rows(&self.dump, "ledger_archives").is_empty() {
-            return Err(format!(
-                "shard {} archived ledger partitions: archived history is not judged over shards",
-                self.name
-            ));
-        }
         let horizon = rows(&self.dump, "history_horizon")
             .first()
             .and_then(|r| r["first_entry_id"].as_i64())
@@ -128,6 +131,27 @@ impl ShardPart {
         v["ledger"] = Value::Array(ledger);
         Dump::from_json(&v)
     }
+}
+
+/// The archived prefix of the merged ledger: each SKU's archived sums and last archived entry
+/// id from the shard that holds it (a move leaves on its target, as archived, the history the
+/// target does not hold live), the latest end of any shard's archived range.
+fn archived_prefix(parts: &[ShardPart]) -> Result<Option<ArchivedPrefix>, String> {
+    let mut merged: Option<ArchivedPrefix> = None;
+    for part in parts {
+        let Some(a) = Dump::from_json(&part.dump)?.archived else {
+            continue;
+        };
+        let m = merged.get_or_insert_with(ArchivedPrefix::default);
+        m.before_us = m.before_us.max(a.before_us);
+        for sku in part.skus() {
+            if let Some(t) = a.totals.get(&sku) {
+                m.totals.insert(sku.clone(), *t);
+            }
+            m.last_entry_by_sku.insert(sku, a.last_entry_id);
+        }
+    }
+    Ok(merged)
 }
 
 /// Reads `shards.json` (already parsed) with each shard's dump from `read(file)`.
@@ -246,6 +270,7 @@ pub fn merge(parts: &[ShardPart]) -> Result<Dump, String> {
         dump.foreign_ledger
             .extend(Dump::from_json(&Value::Object(foreign))?.ledger);
     }
+    dump.archived = archived_prefix(parts)?;
     dump.shard_settlement = parts
         .iter()
         .map(|p| Ok((p.name.clone(), p.settlement_dump()?)))

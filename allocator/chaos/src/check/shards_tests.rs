@@ -171,13 +171,30 @@ fn a_target_that_settles_the_copied_range_again_is_caught() {
 }
 
 #[test]
-fn a_partition_on_two_shards_or_an_archived_shard_is_refused() {
-    let (_, s0, mut s1) = world();
-    let mut both = parts(s0.clone(), s1.clone());
+fn a_partition_on_two_shards_is_refused() {
+    let (_, s0, s1) = world();
+    let mut both = parts(s0, s1);
     both[1].partitions.insert(0);
     assert!(merge(&both).unwrap_err().contains("partition 0"));
-    s1["ledger_archives"] = json!([{"name": "x", "end_us": 5, "rows": 1, "last_entry_id": 1}]);
-    assert!(merge(&parts(s0, s1)).unwrap_err().contains("archived"));
+}
+
+#[test]
+fn a_skus_archived_history_comes_from_the_shard_that_holds_it() {
+    let (ops, mut s0, mut s1) = world();
+    // s1 archived b's first row (the adjustment); s0's archive says something else of b.
+    s1["ledger"].as_array_mut().unwrap().remove(0);
+    s1["ledger_archives"] = json!([{"name": "l1", "end_us": 15, "rows": 1, "last_entry_id": 1}]);
+    s1["ledger_archived_totals"] =
+        json!([{"sku": "b", "d_on_hand": 10, "d_available": 10, "d_held": 0, "d_confirmed": 0}]);
+    s0["ledger_archives"] = json!([{"name": "l0", "end_us": 12, "rows": 1, "last_entry_id": 9}]);
+    s0["ledger_archived_totals"] =
+        json!([{"sku": "b", "d_on_hand": 99, "d_available": 0, "d_held": 0, "d_confirmed": 0}]);
+    let dump = merge(&parts(s0, s1)).unwrap();
+    let archived = dump.archived.as_ref().unwrap();
+    assert_eq!(archived.totals["b"], [10, 10, 0, 0]);
+    assert_eq!(archived.last_entry_by_sku["b"], 1);
+    assert_eq!(archived.before_us, 15);
+    passes(&ops, &dump);
 }
 
 #[test]
