@@ -55,6 +55,35 @@ async fn wait_answer(base: &str, what: &str, done: impl Fn(&Value) -> bool) -> V
     }
 }
 
+/// Violations of the router's documented `SettlementStatus` (its own document, `shards` and all).
+fn undocumented(body: &Value) -> Vec<String> {
+    let served = schema::openapi::document(schema::routes::Service::Router);
+    let root = serde_json::json!({
+        "allOf": [{ "$ref": "#/components/schemas/SettlementStatus" }],
+        "components": served["components"],
+    });
+    let validator = jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(&root)
+        .expect("SettlementStatus compiles");
+    let mut errors: Vec<String> = validator
+        .iter_errors(body)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    let declared = served
+        .pointer("/components/schemas/SettlementStatus/properties")
+        .and_then(Value::as_object)
+        .expect("properties");
+    errors.extend(
+        body.as_object()
+            .expect("object")
+            .keys()
+            .filter(|member| !declared.contains_key(*member))
+            .map(|member| format!("undocumented member {member}")),
+    );
+    errors
+}
+
 fn shard<'a>(body: &'a Value, name: &str) -> &'a Value {
     body["shards"]
         .as_array()
@@ -96,6 +125,7 @@ async fn the_router_lists_every_shards_settlement_and_a_stopped_shard_with_its_e
         .map(|s| &s["name"])
         .collect();
     assert_eq!(names, ["s0", "s1"], "{body}");
+    assert_eq!(undocumented(&body), Vec::<String>::new(), "{body}");
     // The top level is the catalog's job, as before; s1's windows are its own rows, settled by
     // its own job (read again from its database: it may have settled more since).
     for field in STATUS_FIELDS {
@@ -131,6 +161,7 @@ async fn the_router_lists_every_shards_settlement_and_a_stopped_shard_with_its_e
         shard(b, "s1")["error"].is_string()
     })
     .await;
+    assert_eq!(undocumented(&body), Vec::<String>::new(), "{body}");
     let listed = shard(&body, "s1");
     assert!(
         STATUS_FIELDS.iter().all(|f| listed.get(f).is_none()),
