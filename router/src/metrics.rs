@@ -66,7 +66,8 @@ pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
 };
 
 /// The names the storage fence (DESIGN.md §13) records under (what each counts:
-/// [`storage::MetricNames`]).
+/// [`storage::MetricNames`]). The router keeps a fence per shard, so every one of these series carries
+/// `shard` ([`crate::db::fence`]).
 pub const STORAGE_METRICS: storage::MetricNames = storage::MetricNames {
     refusals: "router_storage_refusals_total",
     read_only_connects: "router_storage_read_only_connects_total",
