@@ -33,6 +33,8 @@ pub fn fence(database_url: &str, application_name: &str) -> anyhow::Result<Arc<S
             probe_timeout: CONNECT_TIMEOUT,
             stamp: true,
             application_name: format!("{application_name}:fence"),
+            // A replica serves one database: its series need no shard label.
+            shard: None,
         },
     )
 }

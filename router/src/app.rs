@@ -33,7 +33,7 @@ use crate::metrics::{self, RefreshCause};
 use crate::orders::store::OrderStore;
 use crate::state::AppState;
 use crate::upstream::UpstreamClient;
-use crate::{db, poll, routes};
+use crate::{db, poll, routes, settlement};
 use access::tls::{ClientTls, ServerTls};
 use edge::Backoff;
 
@@ -75,6 +75,7 @@ impl Application {
             forwarder,
             cache: storage.cache.clone(),
             pools: storage.shards.iter().map(|s| s.pool.clone()).collect(),
+            shard_names: storage.shards.iter().map(|s| s.name.clone()).collect(),
             orders: storage.orders,
             db_timeout: config.db_timeout,
             metrics: metrics_handle,
@@ -278,7 +279,8 @@ fn build_forwarder(
 }
 
 /// Start what keeps the router's view current while it serves, each watching `shutdown`: the
-/// fences' probers (one per shard), the periodic map poll, the Redis hint subscription (when
+/// fences' probers (one per shard), the periodic map poll, the shards' settlement lag (on the
+/// poll's interval), the Redis hint subscription (when
 /// configured), the SIGHUP reloader of credentials and certificates, and the metrics upkeep.
 fn start_background_tasks(
     config: &RouterConfig,
@@ -295,6 +297,16 @@ fn start_background_tasks(
     tasks.push(tokio::spawn(poll::run(
         storage.cache.clone(),
         config.poll_interval,
+        shutdown.clone(),
+    )));
+    tasks.push(tokio::spawn(settlement::watch(
+        storage
+            .shards
+            .iter()
+            .map(|s| (s.name.clone(), s.pool.clone()))
+            .collect(),
+        config.poll_interval,
+        config.db_timeout,
         shutdown.clone(),
     )));
     match &config.redis_url {

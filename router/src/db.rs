@@ -52,7 +52,7 @@ pub struct ShardDb {
 impl ShardDb {
     /// The fence and pools of `shard`, without connecting (see [`build_pool`]).
     pub fn new(config: &RouterConfig, shard: &ShardTarget) -> anyhow::Result<Self> {
-        let fence = fence(config, &shard.url)?;
+        let fence = fence(config, shard)?;
         Ok(Self {
             name: shard.name.clone(),
             pool: build_pool(&fence, config, config.db_pool_size)?,
@@ -64,16 +64,17 @@ impl ShardDb {
 
 /// A shard's storage fence (DESIGN.md §13): the map is read only from the newest primary among
 /// the URL's hosts, never from a revived old one that still shows the leases it had. The router
-/// only reads, so it never stamps a generation.
-pub fn fence(config: &RouterConfig, url: &str) -> anyhow::Result<Arc<StorageFence>> {
+/// only reads, so it never stamps a generation. Its series carry the shard's name as `shard`.
+pub fn fence(config: &RouterConfig, shard: &ShardTarget) -> anyhow::Result<Arc<StorageFence>> {
     StorageFence::new(
-        url,
+        &shard.url,
         FenceSettings {
             metrics: crate::metrics::STORAGE_METRICS,
             probe_interval: FENCE_PROBE_INTERVAL,
             probe_timeout: config.db_timeout,
             stamp: false,
             application_name: "router:fence".to_owned(),
+            shard: Some(shard.name.to_string()),
         },
     )
 }

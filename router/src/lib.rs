@@ -39,6 +39,7 @@ pub mod orders;
 pub mod poll;
 pub mod retry;
 pub mod routes;
+pub mod settlement;
 pub mod state;
 pub mod upstream;
 

@@ -44,6 +44,14 @@ pub const ORDERS_TOTAL: &str = "router_orders_total";
 /// and left its order undecided.
 pub const ORDER_LOCKS_LOST_TOTAL: &str = "router_order_locks_lost_total";
 
+/// Each shard's settlement lag, by `shard`: seconds from the end of its last settled window (or
+/// the cluster's creation) to now by that shard's clock, read once per poll interval. Healthy
+/// values stay below two windows plus the closing grace; a shard whose read failed keeps its
+/// last value (see [`SETTLEMENT_READ_FAILURES_TOTAL`]).
+pub const SETTLEMENT_LAG_SECONDS: &str = "router_settlement_lag_seconds";
+/// Failed reads of a shard's settlement lag, by `shard`.
+pub const SETTLEMENT_READ_FAILURES_TOTAL: &str = "router_settlement_read_failures_total";
+
 /// Answers of allocators that refused this router's own credential (`401`/`403`): a
 /// misconfigured `--upstream-token-file` or allocator auth file.
 pub const UPSTREAM_AUTH_FAILURES_TOTAL: &str = "router_upstream_auth_failures_total";
@@ -58,7 +66,8 @@ pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
 };
 
 /// The names the storage fence (DESIGN.md §13) records under (what each counts:
-/// [`storage::MetricNames`]).
+/// [`storage::MetricNames`]). The router keeps a fence per shard, so every one of these series carries
+/// `shard` ([`crate::db::fence`]).
 pub const STORAGE_METRICS: storage::MetricNames = storage::MetricNames {
     refusals: "router_storage_refusals_total",
     read_only_connects: "router_storage_read_only_connects_total",
@@ -183,6 +192,15 @@ fn describe() {
         "1 while the catalog's shard map agrees with the configured shards"
     );
     describe_gauge!(
+        SETTLEMENT_LAG_SECONDS,
+        metrics::Unit::Seconds,
+        "seconds since the end of the last settled window, per shard"
+    );
+    describe_counter!(
+        SETTLEMENT_READ_FAILURES_TOTAL,
+        "failed reads of a shard's settlement lag, per shard"
+    );
+    describe_gauge!(
         REDIS_FEED_CONNECTED,
         "1 while the redis hint feed is connected"
     );
@@ -238,6 +256,14 @@ pub fn record_shard_map_read_failure(shard: &str) {
 
 pub fn set_shard_map_agrees(agrees: bool) {
     gauge!(SHARD_MAP_AGREES).set(if agrees { 1.0 } else { 0.0 });
+}
+
+pub fn set_settlement_lag(shard: &str, seconds: f64) {
+    gauge!(SETTLEMENT_LAG_SECONDS, "shard" => shard.to_owned()).set(seconds);
+}
+
+pub fn record_settlement_read_failure(shard: &str) {
+    counter!(SETTLEMENT_READ_FAILURES_TOTAL, "shard" => shard.to_owned()).increment(1);
 }
 
 pub fn set_redis_feed_connected(connected: bool) {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix_web::HttpResponse;
 use deadpool_postgres::Pool;
 use metrics_exporter_prometheus::PrometheusHandle;
+use schema::shard::ShardName;
 
 use crate::assignment_cache::AssignmentCache;
 use crate::error::RouterError;
@@ -21,6 +22,8 @@ pub struct AppState {
     /// Every shard's map-lookup pool, in the configured order (the catalog first): reservation
     /// → partition lookups, settlement status, events.
     pub pools: Vec<Pool>,
+    /// The shards' names, in the order of `pools`.
+    pub shard_names: Vec<ShardName>,
     /// Serialises submissions of one order id (its own pool: each order in progress holds a
     /// connection).
     pub orders: Arc<OrderStore>,
@@ -45,6 +48,15 @@ impl AppState {
     /// The catalog's pool (the first shard's).
     pub fn catalog_pool(&self) -> &Pool {
         &self.pools[0]
+    }
+
+    /// Every shard's name with its map-lookup pool, the catalog first.
+    pub fn shards(&self) -> Vec<(ShardName, Pool)> {
+        self.shard_names
+            .iter()
+            .cloned()
+            .zip(self.pools.iter().cloned())
+            .collect()
     }
 
     /// The pool of the shard holding `partition`; a `503` while the catalog's placement is not

@@ -205,6 +205,37 @@ pub struct SettlementStatus {
     pub lag_seconds: f64,
 }
 
+/// `GET /v1/jobs/settlement` on a router: the catalog shard's job at the top level (what an
+/// allocator of the catalog answers, so one-database clients read it unchanged), and every
+/// shard's job in `shards`, in the configured order (the catalog first). Each shard runs a job of
+/// its own over its own rows, with its own windows.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardedSettlementStatus {
+    #[serde(flatten)]
+    pub catalog: SettlementStatus,
+    pub shards: Vec<ShardSettlement>,
+}
+
+/// One shard's settlement job in [`ShardedSettlementStatus`]: its name and its status's fields,
+/// or its name and `error` when its status could not be read in time.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardSettlement {
+    pub name: String,
+    #[serde(flatten)]
+    pub status: ShardSettlementRead,
+}
+
+/// What was read of one shard's settlement job.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum ShardSettlementRead {
+    Status(SettlementStatus),
+    Unreadable {
+        /// Why the shard's status is missing (a timeout, no connection, a failed query).
+        error: String,
+    },
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct OrderLine {

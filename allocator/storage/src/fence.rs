@@ -47,6 +47,23 @@ pub struct FenceSettings {
     pub stamp: bool,
     /// `application_name` of the prober's sessions.
     pub application_name: String,
+    /// A `shard` label on every series this fence records (a router keeps a fence per shard,
+    /// whose series would otherwise collide); `None` records them unlabelled.
+    pub shard: Option<String>,
+}
+
+impl FenceSettings {
+    /// The labels every series of this fence carries, after `first` (a series' own labels).
+    pub(crate) fn labels(&self, first: &[(&'static str, &'static str)]) -> Vec<metrics::Label> {
+        let own = first
+            .iter()
+            .map(|&(key, value)| metrics::Label::new(key, value));
+        let shard = self
+            .shard
+            .iter()
+            .map(|name| metrics::Label::new("shard", name.clone()));
+        own.chain(shard).collect()
+    }
 }
 
 /// What one process knows of its database cluster. Shared by all its pools.
@@ -114,8 +131,9 @@ impl StorageFence {
         let names = &self.settings.metrics;
         if raised {
             *self.raised_at.lock().expect("fence lock") = Some(Instant::now());
-            metrics::gauge!(names.timeline).set(position.0 as f64);
-            metrics::gauge!(names.generation).set(position.1 as f64);
+            let labels = self.settings.labels(&[]);
+            metrics::gauge!(names.timeline, labels.iter()).set(position.0 as f64);
+            metrics::gauge!(names.generation, labels.iter()).set(position.1 as f64);
             tracing::info!(
                 host,
                 timeline = position.0,
@@ -126,7 +144,8 @@ impl StorageFence {
         if report {
             match verdict {
                 Verdict::Refused(cause) => {
-                    metrics::counter!(names.refusals, "cause" => cause.label()).increment(1);
+                    let labels = self.settings.labels(&[("cause", cause.label())]);
+                    metrics::counter!(names.refusals, labels.iter()).increment(1);
                     tracing::warn!(
                         host,
                         cause = cause.label(),
@@ -137,7 +156,10 @@ impl StorageFence {
                         "storage fence refused a server: {cause}"
                     );
                 }
-                Verdict::ReadOnly => metrics::counter!(names.read_only_connects).increment(1),
+                Verdict::ReadOnly => {
+                    let labels = self.settings.labels(&[]);
+                    metrics::counter!(names.read_only_connects, labels.iter()).increment(1)
+                }
                 Verdict::Writable => {}
             }
         }
@@ -237,4 +259,52 @@ fn single_host_configs(config: &Config) -> Vec<(String, Config)> {
             (label, one)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(shard: Option<&str>) -> FenceSettings {
+        FenceSettings {
+            metrics: MetricNames {
+                refusals: "r",
+                read_only_connects: "o",
+                stale_writable_servers: "s",
+                timeline: "t",
+                generation: "g",
+                replication_lag: "l",
+                sync_standbys: "y",
+            },
+            probe_interval: Duration::from_millis(500),
+            probe_timeout: Duration::from_secs(1),
+            stamp: false,
+            application_name: "test".to_owned(),
+            shard: shard.map(str::to_owned),
+        }
+    }
+
+    fn pairs(labels: Vec<metrics::Label>) -> Vec<(String, String)> {
+        labels
+            .iter()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_shard_label_follows_a_series_own_labels_and_none_adds_nothing() {
+        let cause = [("cause", "behind")];
+        assert_eq!(pairs(settings(None).labels(&[])), vec![]);
+        assert_eq!(
+            pairs(settings(None).labels(&cause)),
+            vec![("cause".to_owned(), "behind".to_owned())]
+        );
+        assert_eq!(
+            pairs(settings(Some("s1")).labels(&cause)),
+            vec![
+                ("cause".to_owned(), "behind".to_owned()),
+                ("shard".to_owned(), "s1".to_owned())
+            ]
+        );
+    }
 }

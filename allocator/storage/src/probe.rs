@@ -79,8 +79,10 @@ async fn run(fence: Arc<StorageFence>) {
                         stale_writable += 1;
                     }
                     if let (Verdict::Writable, Some((sync, lag))) = (verdict, replication) {
-                        metrics::gauge!(settings.metrics.sync_standbys).set(sync as f64);
-                        metrics::gauge!(settings.metrics.replication_lag).set(lag);
+                        let labels = settings.labels(&[]);
+                        metrics::gauge!(settings.metrics.sync_standbys, labels.iter())
+                            .set(sync as f64);
+                        metrics::gauge!(settings.metrics.replication_lag, labels.iter()).set(lag);
                     }
                     report_change(label, &server, verdict, seen[i]);
                     Seen::Is(verdict)
@@ -95,7 +97,9 @@ async fn run(fence: Arc<StorageFence>) {
             };
             seen[i] = Some(now);
         }
-        metrics::gauge!(settings.metrics.stale_writable_servers).set(stale_writable as f64);
+        let labels = settings.labels(&[]);
+        metrics::gauge!(settings.metrics.stale_writable_servers, labels.iter())
+            .set(stale_writable as f64);
     }
 }
 

@@ -4,8 +4,9 @@
 //! With several shards it is every shard's map merged in partition order, each entry with its
 //! own shard's revision; the map's `revision` (and the header) is the highest over the shards,
 //! a summary only, since revisions of two shards are not comparable.
-//! `GET /v1/jobs/settlement`: the settlement job's status, and `GET /v1/events`: one page of a
-//! change-event stream, both read from PostgreSQL as an allocator reads them.
+//! `GET /v1/jobs/settlement`: the settlement jobs' status (the catalog's, and every shard's), and
+//! `GET /v1/events`: one page of a change-event stream, both read from PostgreSQL as an
+//! allocator reads them.
 
 use actix_web::{web, HttpResponse};
 use schema::events::{EventQuery, QueryError, Stream};
@@ -13,6 +14,7 @@ use schema::wire::HEADER_ASSIGNMENT_REVISION;
 
 use crate::db;
 use crate::error::RouterError;
+use crate::settlement;
 use crate::state::AppState;
 
 pub async fn get(state: web::Data<AppState>) -> Result<HttpResponse, RouterError> {
@@ -25,13 +27,12 @@ pub async fn get(state: web::Data<AppState>) -> Result<HttpResponse, RouterError
         .json(map.merged()))
 }
 
-/// The settlement job's status as the catalog shard records it. With several shards this covers
-/// only the catalog's job (each shard's allocators run a job of their own over its rows); a
-/// per-shard answer is not built yet.
+/// The settlement jobs' status: the catalog shard's at the top level and every shard's in
+/// `shards` ([`crate::settlement`]); a shard that cannot be read is listed with its `error`, and
+/// only the catalog's failure fails the answer.
 pub async fn settlement(state: web::Data<AppState>) -> Result<HttpResponse, RouterError> {
-    let status = db::settlement_status(state.catalog_pool(), state.db_timeout)
-        .await
-        .map_err(|e| RouterError::Storage(e.to_string()))?;
+    let reads = settlement::read_all(&state.shards(), state.db_timeout).await;
+    let status = settlement::answer(reads).map_err(|e| RouterError::Storage(e.to_string()))?;
     Ok(HttpResponse::Ok().json(status))
 }
 

@@ -277,10 +277,15 @@ async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost(
     };
     // What operators see while the stale server is reachable: the router's prober reports it,
     // and both services counted the connections they refused.
-    let stale_seen = metric(&router.url, "router_storage_stale_writable_servers").await;
+    // The router's fence series carry its shard (one database: `main`).
+    let stale_seen = metric(
+        &router.url,
+        "router_storage_stale_writable_servers{shard=\"main\"}",
+    )
+    .await;
     let mut refused = metric(
         &router.url,
-        "router_storage_refusals_total{cause=\"behind\"}",
+        "router_storage_refusals_total{cause=\"behind\",shard=\"main\"}",
     )
     .await;
     for allocator in &cluster.allocators {
