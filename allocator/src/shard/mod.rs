@@ -51,8 +51,14 @@ pub async fn run(args: ShardsArgs) -> anyhow::Result<()> {
             let moved = move_partition(&shards, partition, &to).await?;
             tracing::info!(?moved, "partition moved");
             println!(
-                "partition {} on shard {} (from {}; {} ledger rows copied; map revision {})",
-                moved.partition, moved.to, moved.from, moved.ledger_rows, moved.map_revision
+                "partition {} on shard {} (from {}; {} ledger rows copied, {} carried in archived \
+                 totals; map revision {})",
+                moved.partition,
+                moved.to,
+                moved.from,
+                moved.ledger_rows,
+                moved.ledger_rows_folded,
+                moved.map_revision
             );
             Ok(())
         }

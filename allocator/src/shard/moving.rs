@@ -9,26 +9,37 @@
 //! 2. **Copy** the partition's rows, from one snapshot of the source, into one transaction on the
 //!    target: inventory, reservations and adjustments replace whatever an earlier tenure of the
 //!    partition left there; the ledger rows the target lacks are appended (new entry ids, the
-//!    same positions) and their position range recorded in `partition_moves_in`, so the target's
-//!    settlement does not count them again (V24); the ledger position counter, the relay's
-//!    progress and a lease row held by the mover, at an epoch above the source's.
+//!    same positions) except those older than the target's oldest live time partition, and the
+//!    target's archived totals of the partition's SKUs are set so that they and its live rows
+//!    make the whole history the source knows (its archived totals and live rows; see
+//!    [`ledger`]); the position range after the target's highest live one is recorded in
+//!    `partition_moves_in`, so the target's settlement does not count it again (V24); the
+//!    ledger position counter, the relay's progress and a lease row held by the mover, at an
+//!    epoch above the source's.
 //! 3. **Retire the source**: its lease row is deleted, so no owner can ever write the partition
 //!    there again (a fenced batch needs its lease row), and the source's record agrees with the
 //!    map it is about to get.
 //! 4. **Flip the map** in the catalog under a new revision; routers follow it on their next read.
 //! 5. **Release** the target's lease and announce it, so the target's allocators campaign at once.
 //!
+//! Before step 1, [`ledger::check`] refuses a move the copy could not make right (a source
+//! whose ledger does not balance its inventory rows, a target ahead of the source's positions
+//! or without ledger partitions for the source's clock), so a move does not fail once the
+//! source is fenced for a reason it could have seen first.
+//!
 //! Between 3 and 4 the source's allocators would refuse to start (their record lacks a
 //! partition the map still gives them); running the move again finishes it.
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use schema::shard::{self, ShardName, ShardTarget};
 use tokio_postgres::{Client, IsolationLevel, Transaction};
 
 use crate::lease::store::HANDOFF_CHANNEL;
 use schema::partition::lease_name;
+
+mod ledger;
 
 /// How long the mover's lease runs on either shard: far longer than a copy takes, so nobody
 /// campaigns for the partition while it moves; an abandoned move is finished by running it again.
@@ -47,6 +58,9 @@ pub struct Moved {
     pub to: ShardName,
     /// Ledger rows appended on the target.
     pub ledger_rows: u64,
+    /// Positions the target lacked that it holds in its archived totals instead of as rows:
+    /// archived on the source, or older than the target's oldest live time partition.
+    pub ledger_rows_folded: u64,
     /// The catalog's map revision after the move.
     pub map_revision: i64,
 }
@@ -80,13 +94,16 @@ pub async fn move_partition(
             from: to.clone(),
             to: to.clone(),
             ledger_rows: 0,
+            ledger_rows_folded: 0,
             map_revision: map.revision,
         });
     }
     let mut source = crate::sessions::connect(&shards[from].url).await?;
-    let ledger_rows = if has_lease_row(&source, partition).await? {
+    let (ledger_rows, ledger_rows_folded) = if has_lease_row(&source, partition).await? {
+        // What the copy could not make right is refused here, before anything changes.
+        ledger::check(&mut source, &target, partition).await?;
         let epoch = fence(&source, partition, &holder).await?;
-        let rows = copy(
+        let copied = copy(
             &mut source,
             &mut target,
             partition,
@@ -96,7 +113,7 @@ pub async fn move_partition(
         )
         .await?;
         retire(&source, partition, &holder).await?;
-        rows
+        (copied.appended, copied.folded)
     } else {
         // Retired by an earlier run: the copy must be on the target, held by the mover.
         let held: Option<String> = target
@@ -111,7 +128,7 @@ pub async fn move_partition(
             "partition {partition} has no lease row on {} and is not held by a move on {to}",
             names[from]
         );
-        0
+        (0, 0)
     };
     let map_revision: i64 = catalog
         .query_one(
@@ -127,6 +144,7 @@ pub async fn move_partition(
         from: names[from].clone(),
         to: to.clone(),
         ledger_rows,
+        ledger_rows_folded,
         map_revision,
     })
 }
@@ -168,22 +186,25 @@ async fn fence(source: &Client, partition: u32, holder: &str) -> anyhow::Result<
 }
 
 /// `COPY` the rows `select` yields on `from` into `into` on `to`, in binary (both shards run the
-/// same migrations, so the columns match).
+/// same migrations, so the columns match); how many.
 async fn copy_rows(
     from: &Transaction<'_>,
     to: &Transaction<'_>,
     select: &str,
     into: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     let out = from
         .copy_out(&format!("COPY ({select}) TO STDOUT (FORMAT binary)"))
         .await?;
     let sink = to
         .copy_in(&format!("COPY {into} FROM STDIN (FORMAT binary)"))
         .await?;
-    let sink = std::pin::pin!(sink);
-    out.forward(sink).await?;
-    Ok(())
+    let mut sink = std::pin::pin!(sink);
+    let mut out = std::pin::pin!(out);
+    while let Some(chunk) = out.next().await {
+        sink.feed(chunk?).await?;
+    }
+    Ok(sink.as_mut().finish().await?)
 }
 
 /// Step 2: the partition's rows from one snapshot of the source into one transaction on the
@@ -195,7 +216,7 @@ async fn copy(
     holder: &str,
     source_epoch: i64,
     source_name: &ShardName,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<ledger::Copied> {
     let p = partition as i32;
     let snapshot = source
         .build_transaction()
@@ -212,13 +233,6 @@ async fn copy(
         let select = format!("SELECT * FROM {table} WHERE partition = {p}");
         copy_rows(&snapshot, &tx, &select, table).await?;
     }
-    let have: i64 = tx
-        .query_one(
-            "SELECT coalesce(max(position), 0) FROM ledger WHERE partition = $1",
-            &[&p],
-        )
-        .await?
-        .get(0);
     let (last, published): (i64, i64) = {
         let row = snapshot
             .query_one(
@@ -230,25 +244,19 @@ async fn copy(
             .await?;
         (row.get(0), row.get(1))
     };
-    const LEDGER_COLUMNS: &str = "sku, partition, kind, reservation_id, adjustment_id, d_on_hand, \
-         d_available, d_held, d_confirmed, epoch, recorded_at, written_at, position";
-    let select = format!(
-        "SELECT {LEDGER_COLUMNS} FROM ledger WHERE partition = {p} AND position > {have} \
-         ORDER BY position"
-    );
-    copy_rows(
-        &snapshot,
-        &tx,
-        &select,
-        &format!("ledger ({LEDGER_COLUMNS})"),
-    )
-    .await?;
-    let copied = u64::try_from(last - have).unwrap_or(0);
-    if last > have {
+    let copied = ledger::copy(&snapshot, &tx, partition, last).await?;
+    // Every position after the target's highest live one, appended or folded: its settlement
+    // skips them (the folded ones are not live there anyway). When the target archived all it
+    // held, an earlier move in may have started at the same position: the range is widened.
+    if last > copied.have {
         tx.execute(
-            "INSERT INTO partition_moves_in (partition, from_position, through_position, source_shard)
-             VALUES ($1, $2, $3, $4) ON CONFLICT (partition, from_position) DO NOTHING",
-            &[&p, &(have + 1), &last, &source_name.as_str()],
+            "INSERT INTO partition_moves_in AS m
+                    (partition, from_position, through_position, source_shard)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (partition, from_position) DO UPDATE
+                SET through_position = greatest(m.through_position, EXCLUDED.through_position),
+                    source_shard = EXCLUDED.source_shard, moved_at = now()",
+            &[&p, &(copied.have + 1), &last, &source_name.as_str()],
         )
         .await?;
     }

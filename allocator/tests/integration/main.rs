@@ -37,6 +37,7 @@ mod settlement;
 mod settlement_support;
 mod settlement_takeover;
 mod shard_moves;
+mod shard_moves_archived;
 mod shards;
 mod tenants;
 mod tenures;
