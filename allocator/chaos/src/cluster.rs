@@ -81,19 +81,12 @@ fn allocator_args(spec: &ClusterSpec) -> Vec<String> {
         SETTLEMENT_WINDOW_SECS.to_string(),
         "--idempotency-horizon-secs".to_owned(),
         RETENTION_HORIZON_SECS.to_string(),
+        "--ledger-archive-dir".to_owned(),
+        spec.log_dir
+            .with_file_name("ledger-archive")
+            .display()
+            .to_string(),
     ]);
-    // A move copies the partition's live ledger only, so the target's history would start at
-    // the source's archived prefix; over several shards the ledger is therefore not archived
-    // (retention still removes finished reservations and orders).
-    if spec.shards <= 1 {
-        args.extend([
-            "--ledger-archive-dir".to_owned(),
-            spec.log_dir
-                .with_file_name("ledger-archive")
-                .display()
-                .to_string(),
-        ]);
-    }
     args.extend([
         // The change-event relay, consumed by the run's consumer (crate::consumer).
         "--events".to_owned(),

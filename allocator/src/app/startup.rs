@@ -248,6 +248,20 @@ pub(super) struct Jobs {
 /// Start settlement (with the change-event relay beside it, when configured) and retention,
 /// each under a lease of its own so that exactly one replica of the cluster runs it. Each job has
 /// a pool of its own: it never takes a connection a request or a renewal waits for.
+/// Where a shard's ledger archives go: `--ledger-archive-dir` itself for the one-database
+/// default shard, `DIR/<shard>` for a shard of several, whose archives of the same time range
+/// would otherwise take the same file names as another shard's.
+fn shard_archive_dir(
+    dir: std::path::PathBuf,
+    shard: &schema::shard::ShardName,
+) -> std::path::PathBuf {
+    if *shard == schema::shard::ShardName::default_shard() {
+        dir
+    } else {
+        dir.join(shard.as_str())
+    }
+}
+
 pub(super) fn start_jobs(
     config: &AllocatorConfig,
     storage: &Storage,
@@ -311,7 +325,7 @@ pub(super) fn start_jobs(
         batch: config.retention_batch.get(),
         archive: config.ledger_archive_dir.clone().map(|dir| {
             crate::retention::archive::ArchiveSettings {
-                dir,
+                dir: shard_archive_dir(dir, &storage.shard.shard),
                 horizon: config.idempotency_horizon,
                 require_relay: config.events.is_some(),
             }
@@ -382,4 +396,20 @@ pub(super) fn serve_http(
     }
     .run();
     Ok(server)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shard_archive_dir;
+    use schema::shard::ShardName;
+    use std::path::PathBuf;
+
+    #[test]
+    fn each_shard_of_several_archives_into_its_own_directory() {
+        let dir = PathBuf::from("/archive");
+        let main = ShardName::default_shard();
+        assert_eq!(shard_archive_dir(dir.clone(), &main), dir);
+        let s1: ShardName = "s1".parse().unwrap();
+        assert_eq!(shard_archive_dir(dir.clone(), &s1), dir.join("s1"));
+    }
 }

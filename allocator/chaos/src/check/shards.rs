@@ -134,21 +134,36 @@ impl ShardPart {
 }
 
 /// The archived prefix of the merged ledger: each SKU's archived sums and last archived entry
-/// id from the shard that holds it (a move leaves on its target, as archived, the history the
-/// target does not hold live), the latest end of any shard's archived range.
+/// id from the shard that holds it, the latest end of any shard's archived range. A move leaves
+/// on its target, as archived sums, the history the target does not hold live — also on a
+/// target that never archived a partition of its own, so the sums are read without one.
 fn archived_prefix(parts: &[ShardPart]) -> Result<Option<ArchivedPrefix>, String> {
     let mut merged: Option<ArchivedPrefix> = None;
     for part in parts {
-        let Some(a) = Dump::from_json(&part.dump)?.archived else {
+        let archives = rows(&part.dump, "ledger_archives");
+        let totals = rows(&part.dump, "ledger_archived_totals");
+        if archives.is_empty() && totals.is_empty() {
             continue;
-        };
+        }
         let m = merged.get_or_insert_with(ArchivedPrefix::default);
-        m.before_us = m.before_us.max(a.before_us);
-        for sku in part.skus() {
-            if let Some(t) = a.totals.get(&sku) {
-                m.totals.insert(sku.clone(), *t);
-            }
-            m.last_entry_by_sku.insert(sku, a.last_entry_id);
+        let mut last = 0;
+        for a in &archives {
+            m.before_us = m.before_us.max(a["end_us"].as_i64().unwrap_or(0));
+            last = last.max(a["last_entry_id"].as_i64().unwrap_or(0));
+        }
+        let skus = part.skus();
+        for t in &totals {
+            let Some(sku) = t["sku"].as_str().filter(|s| skus.contains(*s)) else {
+                continue;
+            };
+            let d = |k: &str| t[k].as_i64().ok_or_else(|| format!("archived totals without {k}"));
+            m.totals.insert(
+                sku.to_owned(),
+                [d("d_on_hand")?, d("d_available")?, d("d_held")?, d("d_confirmed")?],
+            );
+        }
+        for sku in skus {
+            m.last_entry_by_sku.insert(sku, last);
         }
     }
     Ok(merged)
