@@ -3,6 +3,7 @@
 //! `events:settlement:<shard>` for every other, each numbered 1, 2, 3, … by that shard's
 //! database; the two never share a stream.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use allocator::config::AllocatorConfig;
@@ -87,39 +88,56 @@ async fn confirm_some(replica: &TestReplica, tag: &str, sku: &str, n: usize) {
     }
 }
 
-/// Positions, dedupe keys and window starts of a Redis stream's entries.
-fn entries(redis: &std::collections::BTreeMap<String, Vec<(String, String, Value)>>, key: &str) -> Vec<(i64, String, String)> {
-    redis
-        .get(key)
-        .map(|entries| {
-            entries
-                .iter()
-                .map(|(_, dedupe, json)| {
-                    (
-                        json["position"].as_i64().expect("a position"),
-                        dedupe.clone(),
-                        json["window_start"].as_str().unwrap_or_default().to_owned(),
-                    )
-                })
-                .collect()
+/// One settled window as a stream entry or a database row shows it: position, dedupe key,
+/// window start, reservations and units (the units tell the two shards' windows apart: the
+/// windows themselves start at the same instants on both).
+type Window = (i64, String, String, i64, i64);
+
+/// The settled windows of a Redis stream's entries.
+fn entries(redis: &BTreeMap<String, Vec<(String, String, Value)>>, key: &str) -> Vec<Window> {
+    let Some(entries) = redis.get(key) else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .map(|(_, dedupe, json)| {
+            (
+                json["position"].as_i64().expect("a position"),
+                dedupe.clone(),
+                json["window_start"].as_str().unwrap_or_default().to_owned(),
+                json["reservations"].as_i64().unwrap_or(-1),
+                json["total_quantity"].as_i64().unwrap_or(-1),
+            )
         })
-        .unwrap_or_default()
+        .collect()
 }
 
-/// The window starts of a database's settled windows, as RFC 3339 text in position order.
-async fn window_starts(db: &str) -> Vec<String> {
+/// A database's settled windows in position order, as `stream`'s entries must carry them.
+async fn database_windows(db: &str, stream: &str) -> Vec<Window> {
     client(db)
         .await
         .query(
-            "SELECT window_start FROM settlement_runs WHERE position IS NOT NULL ORDER BY position",
+            "SELECT position, window_start, coalesce(reservations, 0), coalesce(quantity, 0)
+               FROM settlement_runs WHERE position IS NOT NULL ORDER BY position",
             &[],
         )
         .await
         .unwrap()
         .iter()
         .map(|r| {
-            let t: chrono::DateTime<chrono::Utc> = r.get(0);
-            serde_json::to_value(t).unwrap().as_str().unwrap().to_owned()
+            let position: i64 = r.get(0);
+            let start: chrono::DateTime<chrono::Utc> = r.get(1);
+            (
+                position,
+                format!("{stream}:{position}"),
+                serde_json::to_value(start)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+                r.get(2),
+                r.get(3),
+            )
         })
         .collect()
 }
@@ -154,12 +172,18 @@ async fn each_shard_publishes_its_settled_windows_to_its_own_stream() {
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while windows_with_quantity(&a).await < 1 || windows_with_quantity(&b).await < 1 {
-        assert!(Instant::now() < deadline, "no window settled on both shards");
+        assert!(
+            Instant::now() < deadline,
+            "no window settled on both shards"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
     // Wait until each stream holds its database's last settled position (or time runs out).
-    let streams = [("events:settlement", &a, "settlement"), ("events:settlement:s1", &b, "settlement/s1")];
+    let streams = [
+        ("events:settlement", &a, "settlement"),
+        ("events:settlement:s1", &b, "settlement/s1"),
+    ];
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let have = read_redis(&redis.url()).await;
@@ -174,24 +198,81 @@ async fn each_shard_publishes_its_settled_windows_to_its_own_stream() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // `GET /v1/events` answers a shard's settlement stream from its own database only.
+    let mut wrong = Vec::new();
+    let http = http();
+    let get = |base: &str, stream: &str| {
+        let url = format!("{base}/v1/events?partition={stream}&limit=1000");
+        let request = http.get(url).send();
+        async move {
+            let answer = request.await.unwrap();
+            let status = answer.status();
+            (status, answer.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    for (base, stream, db) in [(&r0.url, "settlement", &a), (&r1.url, "settlement/s1", &b)] {
+        let (status, page) = get(base, stream).await;
+        let want = database_windows(db, stream).await;
+        let got: Vec<i64> = page["events"]
+            .as_array()
+            .map(|events| {
+                events
+                    .iter()
+                    .filter_map(|e| e["position"].as_i64())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let keys_ok = page["events"].as_array().is_some_and(|events| {
+            events.iter().all(|e| {
+                e["key"]
+                    .as_str()
+                    .is_some_and(|k| k.starts_with(&format!("{stream}:")))
+            })
+        });
+        // The database may have settled a window since: a prefix of it, at least the first.
+        let prefix = want.iter().map(|w| w.0).take(got.len()).collect::<Vec<_>>();
+        if status != StatusCode::OK
+            || page["stream"] != stream
+            || got.is_empty()
+            || got != prefix
+            || !keys_ok
+        {
+            wrong.push(format!("GET {stream} from its shard: {status} {page}"));
+        }
+    }
+    for (base, stream) in [
+        (&r1.url, "settlement"),
+        (&r0.url, "settlement/s1"),
+        (&r1.url, "settlement/s9"),
+    ] {
+        let (status, page) = get(base, stream).await;
+        if status != StatusCode::NOT_FOUND {
+            wrong.push(format!(
+                "GET {stream} from another shard's replica: {status} {page}"
+            ));
+        }
+    }
     r0.stop().await;
     r1.stop().await;
 
     let have = read_redis(&redis.url()).await;
     for (key, db, name) in streams {
-        let want = settled_positions(db).await;
+        let want = database_windows(db, name).await;
         assert!(!want.is_empty(), "{name}: nothing settled");
+        let positions: Vec<i64> = want.iter().map(|w| w.0).collect();
         assert_eq!(
-            want,
+            positions,
             (1..=want.len() as i64).collect::<Vec<_>>(),
             "{name}: the database numbers 1..n"
         );
-        let expected: Vec<(i64, String, String)> = want
-            .iter()
-            .zip(window_starts(db).await)
-            .map(|(p, start)| (*p, format!("{name}:{p}"), start))
-            .collect();
         let got = entries(&have, key);
-        assert_eq!(got, expected, "{key}: each of its shard's windows once, in order");
+        if got != want {
+            wrong.push(format!("{key}:\n  Redis    {got:?}\n  database {want:?}"));
+        }
     }
+    assert!(
+        wrong.is_empty(),
+        "streams that do not hold exactly their shard's windows, in order:\n{}",
+        wrong.join("\n")
+    );
 }
