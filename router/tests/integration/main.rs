@@ -21,6 +21,7 @@ mod owners;
 mod prometheus;
 mod request_id;
 mod routing;
+mod shard_events;
 mod shards;
 mod storage_failover;
 mod tenants;
