@@ -1,6 +1,7 @@
 //! `loadtest events`: an example change-event consumer (DESIGN.md §14).
 //!
-//! It reads every partition's stream (and `events:settlement`) through a Redis consumer group,
+//! It reads every partition's stream and the settlement streams (`events:settlement`, and with
+//! `--shard` every other shard's `events:settlement:<shard>`) through a Redis consumer group,
 //! applies each event once by position, acknowledges it, and reports what it saw. The pattern a
 //! real consumer follows:
 //!
@@ -25,6 +26,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use schema::events::{Event, EventPage, Stream};
+use schema::shard::ShardName;
 use serde::Serialize;
 
 #[derive(Debug, Args)]
@@ -39,6 +41,11 @@ pub struct EventsArgs {
     /// The cluster's partition count.
     #[arg(long, env = "LOADTEST_PARTITIONS")]
     partitions: u32,
+    /// A shard of the cluster, repeated in the catalog's order (the catalog first): each shard
+    /// after the first settles its own windows into `settlement/<NAME>`, read as well. Without
+    /// it only `settlement` (the catalog shard's, a one-database cluster's only one) is read.
+    #[arg(long = "shard", value_name = "NAME")]
+    shards: Vec<ShardName>,
     /// Consumer group name.
     #[arg(long, env = "LOADTEST_EVENTS_GROUP", default_value = "loadtest")]
     group: String,
@@ -70,7 +77,7 @@ pub struct EventsArgs {
 /// What the consumer saw, per stream and in total.
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
-    /// Last applied position per stream (`partition/P`, `settlement`).
+    /// Last applied position per stream (`partition/P`, `settlement`, `settlement/<shard>`).
     pub last_position: BTreeMap<String, i64>,
     pub applied: u64,
     pub duplicates: u64,
@@ -105,9 +112,9 @@ struct Consumer {
 
 impl Consumer {
     /// Record one delivery; true when it is applied (the next position), false for a duplicate.
-    fn deliver(&mut self, stream: Stream, event: &Event, key: &str, source: Source) -> bool {
+    fn deliver(&mut self, stream: &Stream, event: &Event, key: &str, source: Source) -> bool {
         let position = event.position();
-        let applied = self.last[&stream];
+        let applied = self.last[stream];
         let duplicate = position <= applied;
         if duplicate {
             self.report.duplicates += 1;
@@ -119,7 +126,7 @@ impl Consumer {
                 Source::Redis => self.report.applied += 1,
                 Source::Api => self.report.filled += 1,
             }
-            self.last.insert(stream, position);
+            self.last.insert(stream.clone(), position);
         }
         if let Some(log) = &mut self.log {
             let id = match event {
@@ -154,8 +161,7 @@ async fn connect(url: &str) -> anyhow::Result<ConnectionManager> {
 pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
     let mut conn = connect(&args.redis_url).await?;
     let http = reqwest::Client::new();
-    let mut streams: Vec<Stream> = (0..args.partitions).map(Stream::Partition).collect();
-    streams.push(Stream::Settlement);
+    let streams = streams_of(args.partitions, &args.shards)?;
     let keys: Vec<String> = streams.iter().map(|s| s.redis_key()).collect();
     let log = match &args.log {
         Some(path) => Some(std::io::BufWriter::new(
@@ -164,7 +170,7 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
         None => None,
     };
     let mut consumer = Consumer {
-        last: streams.iter().map(|s| (*s, 0)).collect(),
+        last: streams.iter().map(|s| (s.clone(), 0)).collect(),
         report: Report::default(),
         log,
     };
@@ -226,7 +232,7 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
                 .iter()
                 .position(|k| *k == key)
                 .context("unknown stream")?;
-            let stream = streams[index];
+            let stream = &streams[index];
             for (id, fields) in entries {
                 idle_since = Instant::now();
                 let field = |name: &str| {
@@ -238,7 +244,7 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
                 };
                 let event: Event = serde_json::from_str(&field("event"))
                     .with_context(|| format!("{key} {id}: not an event"))?;
-                let applied = consumer.last[&stream];
+                let applied = consumer.last[stream];
                 if event.position() > applied + 1 {
                     fill(&http, &args, &mut consumer, stream, event.position()).await?;
                 }
@@ -271,6 +277,27 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<Report> {
         .map(|(s, p)| (s.name(), *p))
         .collect();
     Ok(report)
+}
+
+/// The streams to read: every partition's, `settlement`, and `settlement/<shard>` of every
+/// shard after the first of `shards` (the catalog's order; the first is the catalog).
+fn streams_of(partitions: u32, shards: &[ShardName]) -> anyhow::Result<Vec<Stream>> {
+    if let Some(twice) = shards
+        .iter()
+        .enumerate()
+        .find(|(i, s)| shards[..*i].contains(s))
+    {
+        bail!("--shard {} is given twice", twice.1);
+    }
+    let mut streams: Vec<Stream> = (0..partitions).map(Stream::Partition).collect();
+    streams.push(Stream::CATALOG_SETTLEMENT);
+    streams.extend(
+        shards
+            .iter()
+            .skip(1)
+            .map(|s| Stream::Settlement(Some(s.clone()))),
+    );
+    Ok(streams)
 }
 
 /// The positions to reach before stopping, from a `--drain-when` file (empty: none).
@@ -330,7 +357,7 @@ async fn fill(
     http: &reqwest::Client,
     args: &EventsArgs,
     consumer: &mut Consumer,
-    stream: Stream,
+    stream: &Stream,
     upto: i64,
 ) -> anyhow::Result<()> {
     let Some(target) = &args.target else {
@@ -339,12 +366,12 @@ async fn fill(
     };
     let partition = match stream {
         Stream::Partition(p) => p.to_string(),
-        Stream::Settlement => "settlement".to_owned(),
+        settlement @ Stream::Settlement(_) => settlement.name(),
     };
     let started = Instant::now();
     let mut failures = 0u32;
-    while consumer.last[&stream] + 1 < upto {
-        let after = consumer.last[&stream];
+    while consumer.last[stream] + 1 < upto {
+        let after = consumer.last[stream];
         let limit = (upto - after - 1).min(schema::events::PAGE_LIMIT_MAX);
         let url = format!("{target}/v1/events?partition={partition}&after={after}&limit={limit}");
         let mut request = http.get(url).timeout(Duration::from_secs(5));
@@ -371,7 +398,7 @@ async fn fill(
             bail!("{partition}: the database has nothing after {after}, Redis had {upto}");
         }
         for event in &page.events {
-            if event.position() != consumer.last[&stream] + 1 {
+            if event.position() != consumer.last[stream] + 1 {
                 bail!(
                     "{partition}: the page after {after} skips to {}",
                     event.position()
@@ -381,4 +408,29 @@ async fn fill(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<ShardName> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn every_shard_after_the_catalog_adds_its_settlement_stream() {
+        let named = |shards: &[&str]| -> Vec<String> {
+            let streams = streams_of(2, &names(shards)).unwrap();
+            streams.iter().map(Stream::name).collect()
+        };
+        let plain = ["partition/0", "partition/1", "settlement"];
+        assert_eq!(named(&[]), plain);
+        assert_eq!(named(&["main"]), plain);
+        assert_eq!(
+            named(&["s0", "s1", "s2"]),
+            [&plain[..], &["settlement/s1", "settlement/s2"]].concat()
+        );
+        assert!(streams_of(2, &names(&["s0", "s1", "s1"])).is_err());
+    }
 }

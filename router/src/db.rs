@@ -170,10 +170,10 @@ pub async fn settlement_status(
 pub async fn events(
     pool: &Pool,
     timeout: Duration,
-    query: schema::events::EventQuery,
+    query: &schema::events::EventQuery,
 ) -> Result<Vec<schema::events::Event>, DbError> {
     on_connection(pool, timeout, async |client| {
-        schema::events::read::stream_after(client, query.stream, query.after, query.limit).await
+        schema::events::read::stream_after(client, &query.stream, query.after, query.limit).await
     })
     .await
 }

@@ -147,11 +147,12 @@ impl Client {
     }
 
     /// `GET /v1/events` (the `admin` scope): one page of `stream` after position `after`, at
-    /// most `limit` events (the service's default without).
+    /// most `limit` events (the service's default without). A settlement stream is asked by its
+    /// name (`settlement`, `settlement/s1`).
     pub fn events(&self, stream: Stream, after: i64, limit: Option<i64>) -> Call<'_, EventPage> {
         let partition = match stream {
             Stream::Partition(p) => p.to_string(),
-            Stream::Settlement => schema::events::SETTLEMENT_STREAM.to_owned(),
+            settlement @ Stream::Settlement(_) => settlement.name(),
         };
         let mut path = format!(
             "{}?partition={partition}&after={after}",

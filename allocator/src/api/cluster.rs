@@ -7,7 +7,7 @@ use actix_web::{web, HttpResponse};
 
 use super::{ApiError, AppState};
 use schema::assignment;
-use schema::events::{EventQuery, QueryError};
+use schema::events::{read, EventQuery, QueryError, Stream};
 
 pub async fn partitions(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let client = state.pool.get().await?;
@@ -35,9 +35,18 @@ pub async fn events(
             QueryError::NoStream(detail) => ApiError::NotFound(detail),
         })?;
     let client = state.pool.get().await?;
-    let events =
-        schema::events::read::stream_after(&**client, query.stream, query.after, query.limit)
-            .await?;
+    if let Stream::Settlement(_) = &query.stream {
+        // The database holds its own shard's settled windows only.
+        let own = read::own_settlement_stream(&**client).await?;
+        if own != query.stream {
+            return Err(ApiError::NotFound(format!(
+                "no stream {}: this replica's shard settles `{}`",
+                query.stream.name(),
+                own.name()
+            )));
+        }
+    }
+    let events = read::stream_after(&**client, &query.stream, query.after, query.limit).await?;
     Ok(HttpResponse::Ok().json(query.page(events)))
 }
 

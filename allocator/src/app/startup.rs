@@ -282,6 +282,7 @@ pub(super) fn start_jobs(
             batch: events.batch.get(),
             max_len: events.max_len.get(),
             interval: events.interval,
+            settlement: schema::events::Stream::settlement_of(&storage.shard),
         });
     let job_settings = |poll_interval| JobSettings {
         holder_id: config.replica_id.clone(),

@@ -12,7 +12,8 @@ pub const EVENTS_FLAG: &str = "--events (ALLOCATOR_EVENTS)";
 #[derive(Debug, Clone, Args)]
 pub struct EventsArgs {
     /// Relay every ledger row and settled window to Redis Streams (`events:partition:P`,
-    /// `events:settlement`); needs `--redis-url`. Runs on the replica holding the job lease.
+    /// `events:settlement`, or `events:settlement:<shard>` off the catalog shard); needs
+    /// `--redis-url`. Runs on the replica holding the job lease.
     #[arg(long, env = "ALLOCATOR_EVENTS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub events: bool,
     /// Most entries the relay appends per stream per round.

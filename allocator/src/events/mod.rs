@@ -7,9 +7,12 @@
 //! `1, 2, 3, …` that only ever grows at its end, and "how far was it published" is one number.
 //!
 //! The relay runs on the replica that holds the singleton job lease (`job/settlement`, whose
-//! epoch is the term): one relay for the cluster, never two for long, and a former holder that
+//! epoch is the term): one relay per shard, never two for long, and a former holder that
 //! slept through its lease cannot move progress, because `event_relay_progress` is fenced by the
-//! same trigger as the settlement tables. Each round it reads every stream's entries after its
+//! same trigger as the settlement tables. Each shard's relay publishes the partition streams of
+//! the partitions its database holds and the shard's own settlement stream (`events:settlement`
+//! on the catalog shard, `events:settlement:<shard>` on any other: each shard numbers its
+//! windows itself, so two shards must never share a stream). Each round it reads every stream's entries after its
 //! cursor (one statement), appends them to Redis (`XADD events:partition:P MAXLEN ~ N
 //! <position>-0 key P:position type … event <json>`, one pipelined script per stream), and then
 //! records the new positions in PostgreSQL. A round that filled a stream's batch is followed at

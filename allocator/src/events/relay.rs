@@ -24,6 +24,10 @@ pub struct RelaySettings {
     pub max_len: usize,
     /// Pause between rounds that found every stream caught up.
     pub interval: Duration,
+    /// This shard's settlement stream ([`Stream::settlement_of`] its record): `settlement` on
+    /// the catalog shard, `settlement/<shard>` on any other. Its progress row is `settlement`
+    /// on every shard (the table is per database).
+    pub settlement: Stream,
 }
 
 /// Successive rounds the relay runs without its pause while some stream still fills whole
@@ -171,7 +175,7 @@ impl Relay {
             .await
             .map_err(|e| RoundError::Pool(e.to_string()))?;
         if self.term != Some(term) {
-            self.cursors = load_progress(&**client)
+            self.cursors = load_progress(&**client, &self.settings.settlement)
                 .await
                 .map_err(RoundError::Database)?;
             self.term = Some(term);
@@ -182,15 +186,16 @@ impl Relay {
             .iter()
             .filter_map(|(s, c)| match s {
                 Stream::Partition(p) => Some((*p, c.after)),
-                Stream::Settlement => None,
+                Stream::Settlement(_) => None,
             })
             .collect();
         let mut events = read::ledger_after(&**client, &partitions, limit)
             .await
             .map_err(RoundError::Database)?;
-        if let Some(c) = self.cursors.get(&Stream::Settlement) {
+        let settlement = &self.settings.settlement;
+        if let Some(c) = self.cursors.get(settlement) {
             events.extend(
-                read::settlement_after(&**client, c.after, limit)
+                read::settlement_after(&**client, settlement, c.after, limit)
                     .await
                     .map_err(RoundError::Database)?,
             );
@@ -231,7 +236,7 @@ impl Relay {
             .iter()
             .map(|(stream, cursor)| {
                 let entries = by_stream.remove(stream).unwrap_or_default();
-                (*stream, cursor.floor, entries)
+                (stream.clone(), cursor.floor, entries)
             })
             .filter(|(_, floor, entries)| !entries.is_empty() || *floor > 0)
             .collect();
@@ -264,7 +269,7 @@ impl Relay {
         for ((stream, _, _), (kept, last, added)) in asked.into_iter().zip(answers) {
             let kind = match stream {
                 Stream::Partition(_) => "partition",
-                Stream::Settlement => "settlement",
+                Stream::Settlement(_) => "settlement",
             };
             metrics::counter!(m::EVENTS_PUBLISHED, "stream" => kind).increment(added);
             let Some(cursor) = self.cursors.get_mut(&stream) else {
@@ -324,7 +329,7 @@ impl Relay {
             .cursors
             .iter()
             .filter(|(_, c)| c.floor > c.recorded)
-            .map(|(s, c)| (s.name(), c.floor))
+            .map(|(s, c)| (s.progress_name(), c.floor))
             .collect();
         if moved.is_empty() {
             return Ok(());
@@ -359,9 +364,11 @@ fn full_batch(streams: impl IntoIterator<Item = Stream>, batch: usize) -> bool {
     })
 }
 
-/// Every stream's recorded progress; a new term starts from it.
+/// Every stream's recorded progress; a new term starts from it. The `settlement` row is the
+/// progress of `settlement`, this shard's settlement stream.
 async fn load_progress<C: tokio_postgres::GenericClient>(
     client: &C,
+    settlement: &Stream,
 ) -> Result<BTreeMap<Stream, Cursor>, tokio_postgres::Error> {
     let rows = client
         .query("SELECT stream, published FROM event_relay_progress", &[])
@@ -371,6 +378,10 @@ async fn load_progress<C: tokio_postgres::GenericClient>(
         .filter_map(|r| {
             let published: i64 = r.get(1);
             Stream::parse(r.get(0)).map(|s| {
+                let s = match s {
+                    Stream::Settlement(_) => settlement.clone(),
+                    partition => partition,
+                };
                 let cursor = Cursor {
                     after: published,
                     floor: published,
@@ -408,8 +419,9 @@ mod tests {
     fn a_stream_that_filled_its_batch_means_more_may_wait() {
         let p = Stream::Partition;
         assert!(!full_batch([], 3));
-        assert!(!full_batch([p(1), p(1), p(2), p(2), Stream::Settlement], 3));
+        let s = Stream::CATALOG_SETTLEMENT;
+        assert!(!full_batch([p(1), p(1), p(2), p(2), s.clone()], 3));
         assert!(full_batch([p(1), p(2), p(1), p(1)], 3));
-        assert!(full_batch([Stream::Settlement], 1));
+        assert!(full_batch([s], 1));
     }
 }

@@ -123,18 +123,18 @@ pub(crate) async fn database_events(db: &str) -> BTreeMap<Stream, Vec<Event>> {
     let mut all = BTreeMap::new();
     for p in partitions {
         let stream = Stream::Partition(p as u32);
-        all.insert(
-            stream,
-            read::stream_after(&client, stream, 0, 1_000_000)
-                .await
-                .unwrap(),
-        );
+        let events = read::stream_after(&client, &stream, 0, 1_000_000)
+            .await
+            .unwrap();
+        all.insert(stream, events);
     }
-    let settled = read::stream_after(&client, Stream::Settlement, 0, 1_000_000)
+    // The database's own shard's settlement stream (`settlement` unless it is another shard).
+    let settlement = read::own_settlement_stream(&client).await.unwrap();
+    let settled = read::stream_after(&client, &settlement, 0, 1_000_000)
         .await
         .unwrap();
     if !settled.is_empty() {
-        all.insert(Stream::Settlement, settled);
+        all.insert(settlement, settled);
     }
     all
 }

@@ -12,6 +12,7 @@ mod config;
 mod events;
 mod events_faults;
 mod events_restarts;
+mod events_shards;
 mod events_support;
 mod failover;
 mod failover_database;

@@ -5,11 +5,11 @@
 //! own shard's revision; the map's `revision` (and the header) is the highest over the shards,
 //! a summary only, since revisions of two shards are not comparable.
 //! `GET /v1/jobs/settlement`: the settlement jobs' status (the catalog's, and every shard's), and
-//! `GET /v1/events`: one page of a change-event stream, both read from PostgreSQL as an
-//! allocator reads them.
+//! `GET /v1/events`: one page of a change-event stream (a partition's, or one shard's settled
+//! windows), both read from PostgreSQL as an allocator reads them.
 
 use actix_web::{web, HttpResponse};
-use schema::events::{EventQuery, QueryError, Stream};
+use schema::events::{EventQuery, QueryError, Stream, SETTLEMENT_STREAM};
 use schema::wire::HEADER_ASSIGNMENT_REVISION;
 
 use crate::db;
@@ -36,8 +36,9 @@ pub async fn settlement(state: web::Data<AppState>) -> Result<HttpResponse, Rout
     Ok(HttpResponse::Ok().json(status))
 }
 
-/// One page of a stream: `partition/N` from the shard holding partition N; the settlement
-/// stream from the catalog shard (with several shards, only the catalog's settlement events).
+/// One page of a stream: `partition/N` from the shard holding partition N; `settlement` (the
+/// catalog shard's windows) from the catalog, `settlement/<shard>` from that shard; a shard this
+/// router is not configured with, or the catalog by its name, is no stream (`404`).
 pub async fn events(
     state: web::Data<AppState>,
     request: actix_web::HttpRequest,
@@ -48,11 +49,31 @@ pub async fn events(
             QueryError::NoStream(detail) => RouterError::NotFound(detail),
         },
     )?;
-    let pool = match query.stream {
-        Stream::Partition(partition) => state.pool_of(partition)?,
-        Stream::Settlement => state.catalog_pool(),
+    let pool = match &query.stream {
+        Stream::Partition(partition) => state.pool_of(*partition)?,
+        Stream::Settlement(None) => state.catalog_pool(),
+        Stream::Settlement(Some(shard)) => {
+            let shards = state.cache.shard_names();
+            match shards.iter().position(|s| s == shard) {
+                Some(index) if index > 0 => &state.pools[index],
+                Some(_) => {
+                    return Err(RouterError::NotFound(format!(
+                        "no stream {}: shard {shard} is the catalog, its settlement stream is \
+                         `{SETTLEMENT_STREAM}`",
+                        query.stream.name()
+                    )))
+                }
+                None => {
+                    let names: Vec<&str> = shards.iter().map(|s| s.as_str()).collect();
+                    return Err(RouterError::NotFound(format!(
+                        "no stream {}: this cluster's shards are {names:?}",
+                        query.stream.name()
+                    )));
+                }
+            }
+        }
     };
-    let events = db::events(pool, state.db_timeout, query)
+    let events = db::events(pool, state.db_timeout, &query)
         .await
         .map_err(|e| RouterError::Storage(e.to_string()))?;
     Ok(HttpResponse::Ok().json(query.page(events)))

@@ -22,6 +22,7 @@ mod prometheus;
 mod request_id;
 mod routing;
 mod shard_settlement;
+mod shard_events;
 mod shards;
 mod storage_failover;
 mod tenants;

@@ -1,30 +1,38 @@
 //! The change events: what the relay publishes to Redis Streams and `GET /v1/events` answers
 //! (DESIGN.md §14).
 //!
-//! Every ledger row is one event of its partition's stream, every settled window one event of the
-//! `settlement` stream. An event's `position` is its place in its stream: per stream gap-free and
+//! Every ledger row is one event of its partition's stream, every settled window one event of its
+//! shard's settlement stream (`settlement` for the catalog shard, `settlement/<shard>` for any
+//! other: [`Stream`]). An event's `position` is its place in its stream: per stream gap-free and
 //! in commit order (`V12__ledger_positions.sql`), so a consumer that remembers the last position
 //! it applied per stream needs nothing else to apply each event exactly once, in order, whatever
-//! was delivered twice. `key` (`"<partition>:<position>"`, `"settlement:<position>"`) is that
-//! identity as one string; the Redis entry id is `<position>-0`.
+//! was delivered twice. `key` (`"<partition>:<position>"`, `"settlement:<position>"`,
+//! `"settlement/<shard>:<position>"`) is that identity as one string; the Redis entry id is
+//! `<position>-0`.
 //!
 //! The contract is versioned (`version`); its JSON Schemas are `schema/events/*.schema.json`, one
 //! per event type ([`SCHEMAS`]). A change that removes or retypes a field takes a new version;
 //! adding an optional field does not.
 
+mod query;
 #[cfg(feature = "postgres")]
 pub mod read;
+
+pub use query::{EventQuery, QueryError, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::shard::{ShardName, ShardRecord};
+
 /// The contract's version, carried by every event.
 pub const EVENT_VERSION: u32 = 1;
 
-/// Prefix of every Redis stream key: `events:partition:17`, `events:settlement`.
+/// Prefix of every Redis stream key: `events:partition:17`, `events:settlement`,
+/// `events:settlement:s1`.
 pub const REDIS_KEY_PREFIX: &str = "events:";
 
-/// The stream name of the settled windows.
+/// The name of the catalog shard's settled windows; another shard's are `settlement/<shard>`.
 pub const SETTLEMENT_STREAM: &str = "settlement";
 
 /// The JSON Schema of each event type, by type name.
@@ -55,26 +63,48 @@ pub const SCHEMAS: [(&str, &str); 6] = [
     ),
 ];
 
-/// A stream: one partition's ledger, or the settled windows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A stream: one partition's ledger, or one shard's settled windows.
+///
+/// Every shard settles its own windows and numbers them in its own `settlement_runs`, so each
+/// shard has a settlement stream of its own. The catalog shard's keeps the plain name
+/// (`settlement`; a one-database cluster has only that one); any other shard's is qualified by
+/// the shard's name (`settlement/s1`). A partition lives on one shard at a time and a move
+/// carries its positions, so partition streams need no shard.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stream {
     Partition(u32),
-    Settlement,
+    /// `None`: the catalog shard's windows; `Some(shard)`: another shard's.
+    Settlement(Option<ShardName>),
 }
 
 impl Stream {
-    /// The name stored in `event_relay_progress.stream`: `partition/17`, `settlement`.
-    pub fn name(self) -> String {
+    /// The catalog shard's settlement stream, `settlement`: a one-database cluster's only one.
+    pub const CATALOG_SETTLEMENT: Stream = Stream::Settlement(None);
+
+    /// The settlement stream of the shard `record` describes.
+    pub fn settlement_of(record: &ShardRecord) -> Stream {
+        Stream::Settlement((!record.catalog).then(|| record.shard.clone()))
+    }
+
+    /// The stream's name: `partition/17`, `settlement`, `settlement/s1`.
+    pub fn name(&self) -> String {
         match self {
             Stream::Partition(p) => format!("partition/{p}"),
-            Stream::Settlement => SETTLEMENT_STREAM.to_owned(),
+            Stream::Settlement(None) => SETTLEMENT_STREAM.to_owned(),
+            Stream::Settlement(Some(shard)) => format!("{SETTLEMENT_STREAM}/{shard}"),
         }
     }
 
     /// Parse [`Stream::name`].
     pub fn parse(name: &str) -> Option<Stream> {
         if name == SETTLEMENT_STREAM {
-            return Some(Stream::Settlement);
+            return Some(Stream::Settlement(None));
+        }
+        if let Some(shard) = name
+            .strip_prefix(SETTLEMENT_STREAM)
+            .and_then(|rest| rest.strip_prefix('/'))
+        {
+            return shard.parse().ok().map(|s| Stream::Settlement(Some(s)));
         }
         name.strip_prefix("partition/")?
             .parse()
@@ -82,19 +112,42 @@ impl Stream {
             .map(Stream::Partition)
     }
 
-    /// The Redis stream key: `events:partition:17`, `events:settlement`.
-    pub fn redis_key(self) -> String {
+    /// The row of `event_relay_progress` that records how far the stream is published. That
+    /// table is per database and a database holds one shard, so every shard's settlement
+    /// stream is recorded as `settlement`.
+    pub fn progress_name(&self) -> String {
         match self {
-            Stream::Partition(p) => format!("{REDIS_KEY_PREFIX}partition:{p}"),
-            Stream::Settlement => format!("{REDIS_KEY_PREFIX}{SETTLEMENT_STREAM}"),
+            Stream::Partition(_) => self.name(),
+            Stream::Settlement(_) => SETTLEMENT_STREAM.to_owned(),
         }
     }
 
-    /// The dedupe key of the event at `position`: `17:42`, `settlement:3`.
-    pub fn key(self, position: i64) -> String {
+    /// The Redis stream key: `events:partition:17`, `events:settlement`,
+    /// `events:settlement:s1`.
+    pub fn redis_key(&self) -> String {
+        match self {
+            Stream::Partition(p) => format!("{REDIS_KEY_PREFIX}partition:{p}"),
+            Stream::Settlement(None) => format!("{REDIS_KEY_PREFIX}{SETTLEMENT_STREAM}"),
+            Stream::Settlement(Some(shard)) => {
+                format!("{REDIS_KEY_PREFIX}{SETTLEMENT_STREAM}:{shard}")
+            }
+        }
+    }
+
+    /// The dedupe key of the event at `position`: `17:42`, `settlement:3`, `settlement/s1:3`.
+    pub fn key(&self, position: i64) -> String {
         match self {
             Stream::Partition(p) => format!("{p}:{position}"),
-            Stream::Settlement => format!("{SETTLEMENT_STREAM}:{position}"),
+            Stream::Settlement(_) => format!("{}:{position}", self.name()),
+        }
+    }
+
+    /// The shard a settlement stream belongs to, by name (`None`: the catalog's, or a partition
+    /// stream).
+    pub fn shard(&self) -> Option<&ShardName> {
+        match self {
+            Stream::Settlement(shard) => shard.as_ref(),
+            Stream::Partition(_) => None,
         }
     }
 }
@@ -120,7 +173,7 @@ impl Event {
     pub fn stream(&self) -> Stream {
         match self {
             Event::Ledger(e) => Stream::Partition(e.partition),
-            Event::Settlement(_) => Stream::Settlement,
+            Event::Settlement(e) => Stream::Settlement(e.shard.clone()),
         }
     }
 
@@ -190,6 +243,34 @@ pub struct SettlementEvent {
     pub reservations: i64,
     pub total_quantity: i64,
     pub settled_at: DateTime<Utc>,
+    /// The shard that settled the window, on every shard but the catalog (whose windows are the
+    /// `settlement` stream): the stream is `settlement/<shard>`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "optional_shard_name"
+    )]
+    pub shard: Option<ShardName>,
+}
+
+/// A shard name in an event: its text, refused when it is not a valid [`ShardName`].
+mod optional_shard_name {
+    use serde::{de::Error as _, Deserialize, Deserializer, Serializer};
+
+    use crate::shard::ShardName;
+
+    pub fn serialize<S: Serializer>(shard: &Option<ShardName>, s: S) -> Result<S::Ok, S::Error> {
+        match shard {
+            Some(name) => s.serialize_str(name.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ShardName>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|text| text.parse().map_err(D::Error::custom))
+            .transpose()
+    }
 }
 
 /// The event type of a ledger row's `kind`.
@@ -207,7 +288,7 @@ pub fn ledger_event_type(kind: &str) -> Option<&'static str> {
 /// One page of a stream, as `GET /v1/events` answers it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventPage {
-    /// `partition/17` or `settlement`.
+    /// `partition/17`, `settlement` or `settlement/s1`.
     pub stream: String,
     pub events: Vec<Event>,
     /// The position to pass as `after` for the next page (the last event's, or `after` itself).
@@ -223,13 +304,87 @@ mod tests {
         for s in [
             Stream::Partition(0),
             Stream::Partition(63),
-            Stream::Settlement,
+            Stream::Settlement(None),
+            Stream::Settlement(Some("s1".parse().unwrap())),
         ] {
             assert_eq!(Stream::parse(&s.name()), Some(s));
         }
-        assert_eq!(Stream::parse("partition/x"), None);
+        for bad in [
+            "partition/x",
+            "settlement/",
+            "settlement/S1",
+            "settlement:s1",
+            "settlements",
+        ] {
+            assert_eq!(Stream::parse(bad), None, "{bad}");
+        }
         assert_eq!(Stream::Partition(3).key(9), "3:9");
         assert_eq!(Stream::Partition(3).redis_key(), "events:partition:3");
+        assert_eq!(Stream::Partition(3).progress_name(), "partition/3");
+    }
+
+    #[test]
+    fn each_shard_has_its_settlement_stream_and_the_catalog_keeps_the_plain_one() {
+        let record = |name: &str, catalog| ShardRecord {
+            shard: name.parse().unwrap(),
+            catalog,
+            partitions: vec![],
+        };
+        // A one-database cluster's shard `main` is its own catalog: nothing changes.
+        let main = Stream::settlement_of(&record("main", true));
+        assert_eq!(main, Stream::CATALOG_SETTLEMENT);
+        assert_eq!(
+            (main.name(), main.redis_key(), main.key(3)),
+            (
+                "settlement".into(),
+                "events:settlement".into(),
+                "settlement:3".into()
+            )
+        );
+        let s1 = Stream::settlement_of(&record("s1", false));
+        assert_eq!(
+            (s1.name(), s1.redis_key(), s1.key(3)),
+            (
+                "settlement/s1".into(),
+                "events:settlement:s1".into(),
+                "settlement/s1:3".into()
+            )
+        );
+        assert_eq!(s1.shard().map(ShardName::as_str), Some("s1"));
+        // Progress rows are per database: `settlement` on every shard.
+        assert_eq!(s1.progress_name(), "settlement");
+        assert_eq!(main.progress_name(), "settlement");
+    }
+
+    #[test]
+    fn a_settlement_event_names_its_shard_only_off_the_catalog() {
+        let event = |shard: Option<&str>| {
+            let stream = Stream::Settlement(shard.map(|s| s.parse().unwrap()));
+            Event::Settlement(SettlementEvent {
+                version: EVENT_VERSION,
+                event_type: "settlement.window_settled".into(),
+                key: stream.key(1),
+                position: 1,
+                term: 1,
+                window_start: DateTime::UNIX_EPOCH,
+                window_end: DateTime::UNIX_EPOCH,
+                reservations: 0,
+                total_quantity: 0,
+                settled_at: DateTime::UNIX_EPOCH,
+                shard: stream.shard().cloned(),
+            })
+        };
+        let catalog = serde_json::to_value(event(None)).unwrap();
+        assert!(catalog.get("shard").is_none(), "{catalog}");
+        let other = event(Some("s1"));
+        let json = serde_json::to_value(&other).unwrap();
+        assert_eq!(json["shard"], "s1");
+        let back: Event = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.stream().name(), "settlement/s1");
+        assert_eq!(back, other);
+        let mut invalid = json;
+        invalid["shard"] = "Not A Shard".into();
+        assert!(serde_json::from_value::<SettlementEvent>(invalid).is_err());
     }
 
     #[test]
@@ -239,112 +394,6 @@ mod tests {
         ] {
             let t = ledger_event_type(kind).expect("known kind");
             assert!(SCHEMAS.iter().any(|(name, _)| *name == t), "{t}");
-        }
-    }
-}
-
-pub use crate::page::{PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
-
-/// `GET /v1/events?partition=P|settlement&after=SEQ&limit=N`, parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EventQuery {
-    pub stream: Stream,
-    pub after: i64,
-    pub limit: i64,
-}
-
-/// Why a `GET /v1/events` query is refused; the text is the problem's `detail`, worded alike
-/// by both services.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum QueryError {
-    /// Not a query this route understands: `400`.
-    Invalid(String),
-    /// A well-formed partition number this cluster does not have (the document cannot know
-    /// the count): no such stream, `404`.
-    NoStream(String),
-}
-
-impl EventQuery {
-    /// Parse the query string.
-    pub fn parse(query: &str, partition_count: u32) -> Result<EventQuery, QueryError> {
-        let invalid = |detail: String| Err(QueryError::Invalid(detail));
-        let (mut stream, mut after, mut limit) = (None, 0, PAGE_LIMIT_DEFAULT);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match name {
-                "partition" if value == SETTLEMENT_STREAM => stream = Some(Stream::Settlement),
-                "partition" => match value.parse::<u32>() {
-                    Ok(p) if p < partition_count => stream = Some(Stream::Partition(p)),
-                    // A number, however large: well-formed, but no such partition here.
-                    _ if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
-                        return Err(QueryError::NoStream(format!(
-                            "no stream for partition {value}: this cluster has partitions 0..{} \
-                             and `{SETTLEMENT_STREAM}`",
-                            partition_count.saturating_sub(1)
-                        )))
-                    }
-                    _ => {
-                        return invalid(format!(
-                            "partition must be a partition number or `{SETTLEMENT_STREAM}`, \
-                             got {value:?}"
-                        ))
-                    }
-                },
-                other => match crate::page::page_param(other, value, &mut after, &mut limit) {
-                    Some(Ok(())) => {}
-                    Some(Err(detail)) => return invalid(detail),
-                    None => return invalid(format!("unknown query parameter {other:?}")),
-                },
-            }
-        }
-        let stream =
-            stream.ok_or_else(|| QueryError::Invalid("partition is required".to_owned()))?;
-        Ok(EventQuery {
-            stream,
-            after,
-            limit,
-        })
-    }
-
-    /// The page for `events`, read after `self.after`.
-    pub fn page(&self, events: Vec<Event>) -> EventPage {
-        EventPage {
-            stream: self.stream.name(),
-            next_after: events.last().map_or(self.after, Event::position),
-            events,
-        }
-    }
-}
-
-#[cfg(test)]
-mod query_tests {
-    use super::*;
-
-    #[test]
-    fn queries_parse_or_say_what_is_wrong() {
-        let q = EventQuery::parse("partition=3&after=10&limit=5", 8).unwrap();
-        assert_eq!((q.stream, q.after, q.limit), (Stream::Partition(3), 10, 5));
-        let q = EventQuery::parse("partition=settlement", 8).unwrap();
-        assert_eq!((q.stream, q.after, q.limit), (Stream::Settlement, 0, 100));
-        for none in ["partition=8", "partition=99999999999999999999"] {
-            assert!(
-                matches!(EventQuery::parse(none, 8), Err(QueryError::NoStream(_))),
-                "{none}"
-            );
-        }
-        for bad in [
-            "",
-            "partition=-1",
-            "partition=1&after=-2",
-            "partition=1&limit=0",
-            "partition=1&limit=1001",
-            "partition=1&after=x",
-            "partition=1&foo=2",
-        ] {
-            assert!(
-                matches!(EventQuery::parse(bad, 8), Err(QueryError::Invalid(_))),
-                "{bad:?} not refused as invalid"
-            );
         }
     }
 }

@@ -34,9 +34,12 @@ pub async fn ledger_after<C: GenericClient>(
     rows.iter().map(ledger_event).collect()
 }
 
-/// Up to `limit` settled windows after `after`, in position order.
+/// Up to `limit` settled windows after `after`, in position order, as events of `stream`: the
+/// settlement stream of the shard whose database `client` reads (`settlement_runs` holds that
+/// shard's windows only; [`Stream::settlement_of`] its record).
 pub async fn settlement_after<C: GenericClient>(
     client: &C,
+    stream: &Stream,
     after: i64,
     limit: i64,
 ) -> Result<Vec<Event>, tokio_postgres::Error> {
@@ -49,6 +52,7 @@ pub async fn settlement_after<C: GenericClient>(
             &[&after, &limit],
         )
         .await?;
+    let shard = stream.shard();
     Ok(rows
         .iter()
         .map(|r| {
@@ -56,7 +60,7 @@ pub async fn settlement_after<C: GenericClient>(
             Event::Settlement(SettlementEvent {
                 version: EVENT_VERSION,
                 event_type: "settlement.window_settled".to_owned(),
-                key: Stream::Settlement.key(position),
+                key: stream.key(position),
                 position,
                 term: r.get(1),
                 window_start: r.get(2),
@@ -64,22 +68,42 @@ pub async fn settlement_after<C: GenericClient>(
                 reservations: r.get::<_, Option<i64>>(4).unwrap_or(0),
                 total_quantity: r.get::<_, Option<i64>>(5).unwrap_or(0),
                 settled_at: r.get(6),
+                shard: shard.cloned(),
             })
         })
         .collect())
 }
 
-/// Up to `limit` events of `stream` after `after`.
+/// Up to `limit` events of `stream` after `after`. A settlement stream is read from `client`'s
+/// database as that stream's: the caller picks the shard's database.
 pub async fn stream_after<C: GenericClient>(
     client: &C,
-    stream: Stream,
+    stream: &Stream,
     after: i64,
     limit: i64,
 ) -> Result<Vec<Event>, tokio_postgres::Error> {
     match stream {
-        Stream::Partition(p) => ledger_after(client, &[(p, after)], limit).await,
-        Stream::Settlement => settlement_after(client, after, limit).await,
+        Stream::Partition(p) => ledger_after(client, &[(*p, after)], limit).await,
+        Stream::Settlement(_) => settlement_after(client, stream, after, limit).await,
     }
+}
+
+/// The settlement stream of the shard whose database `client` reads, by its `shard_identity`
+/// row (a database `allocator migrate` has not named is a one-database cluster's: `settlement`).
+pub async fn own_settlement_stream<C: GenericClient>(
+    client: &C,
+) -> Result<Stream, tokio_postgres::Error> {
+    let row = client
+        .query_opt("SELECT shard, catalog FROM shard_identity", &[])
+        .await?;
+    Ok(match row {
+        Some(row) if !row.get::<_, bool>(1) => {
+            let name: &str = row.get(0);
+            // The table's CHECK admits valid names only.
+            Stream::Settlement(name.parse().ok())
+        }
+        _ => Stream::CATALOG_SETTLEMENT,
+    })
 }
 
 fn ledger_event(r: &Row) -> Result<Event, tokio_postgres::Error> {
