@@ -224,6 +224,7 @@ async fn copy(
         .read_only(true)
         .start()
         .await?;
+    ledger::pin_archives(&snapshot).await?;
     let tx = target.transaction().await?;
     // What an earlier tenure of the partition on this shard left is replaced, except the
     // append-only ledger, which is continued.

@@ -24,6 +24,7 @@ mod history;
 mod lease_exclusivity;
 mod ledger_archive;
 mod ledger_archive_job;
+mod ledger_archive_race;
 mod ledger_partitions;
 mod ledger_support;
 mod lifecycle;

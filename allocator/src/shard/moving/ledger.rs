@@ -8,6 +8,8 @@
 //!   highest live position of the partition) are appended, except those recorded before the
 //!   start of the target's oldest live time partition: the target has archived (dropped) that
 //!   time, so it has nowhere to put them; they are *folded* into its archived totals instead.
+//!   An archive that has counted the oldest partition keeps rows out of it until it has
+//!   dropped it (V25), so none is dropped unrecorded.
 //! - **Totals.** For every SKU of the partition (its inventory rows on the source), the target's
 //!   archived totals become the source's whole history of the SKU (its archived totals plus its
 //!   live rows) less the target's live rows after the copy, in all four delta columns and the
@@ -29,6 +31,18 @@ use tokio_postgres::{Client, GenericClient, Transaction};
 /// How far past the source's clock the target's last ledger partition must reach: rows the
 /// source writes until the fence, stamped with its clock, must have a partition on the target.
 const AHEAD_SECS: f64 = 10.0;
+
+/// Makes a repeatable-read `snapshot` of the source agree with its archives: the ledger's
+/// ACCESS SHARE lock, taken before the snapshot, lets an archive that is detaching finish first
+/// (its drop and its totals are then both seen) or makes it wait until the snapshot is done
+/// (neither). A dropped partition is not versioned, so a snapshot taken before such a commit
+/// would read the ledger without the partition's rows and the totals without their sums.
+pub(super) async fn pin_archives(snapshot: &Transaction<'_>) -> anyhow::Result<()> {
+    snapshot
+        .batch_execute("LOCK TABLE ledger IN ACCESS SHARE MODE")
+        .await
+        .context("locking the source's ledger against a concurrent archive")
+}
 
 /// Per SKU: rows and the sums of d_on_hand, d_available, d_held, d_confirmed.
 type History = Vec<(String, [i64; 5])>;
@@ -107,6 +121,7 @@ pub(super) async fn check(
             .read_only(true)
             .start()
             .await?;
+        pin_archives(&snapshot).await?;
         history(&snapshot, p, true)
             .await
             .context("checking the source before the move")?;
@@ -176,7 +191,9 @@ pub(super) async fn copy(
     last: i64,
 ) -> anyhow::Result<Copied> {
     let p = partition as i32;
-    // Archiving detaches a partition under the ledger's ACCESS EXCLUSIVE lock: held from here to
+    // Archiving counts and sums a time partition, then detaches and drops it under the
+    // ledger's ACCESS EXCLUSIVE lock; it takes the partition's SHARE lock before counting
+    // (V25), so no row can be put into it between its count and its drop. Held from here to
     // commit, this lock keeps the oldest live partition read below from going (inserts by the
     // target's own allocators are not blocked).
     tx.batch_execute("LOCK TABLE ledger IN ROW EXCLUSIVE MODE")
