@@ -15,6 +15,8 @@
 //!   leases, the lease history and its horizon, settlement runs and per-SKU totals, the archived
 //!   ledger partitions with their per-SKU sums, and the dump's time with the idempotency
 //!   horizon (before it, the retention job may have removed finished reservations and orders);
+//!   over several shards (`--shards N`), `dump-<shard>.json` for each shard and `shards.json`,
+//!   which names them in order with the partitions the catalog's map gives each;
 //! * `events.jsonl` — every change event the run's consumer (`loadtest events`, running through
 //!   the whole schedule) received, in order, and `events.heads.json`, each stream's last
 //!   position read after the consumer stopped;
