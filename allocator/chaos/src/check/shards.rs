@@ -156,10 +156,18 @@ fn archived_prefix(parts: &[ShardPart]) -> Result<Option<ArchivedPrefix>, String
             let Some(sku) = t["sku"].as_str().filter(|s| skus.contains(*s)) else {
                 continue;
             };
-            let d = |k: &str| t[k].as_i64().ok_or_else(|| format!("archived totals without {k}"));
+            let d = |k: &str| {
+                t[k].as_i64()
+                    .ok_or_else(|| format!("archived totals without {k}"))
+            };
             m.totals.insert(
                 sku.to_owned(),
-                [d("d_on_hand")?, d("d_available")?, d("d_held")?, d("d_confirmed")?],
+                [
+                    d("d_on_hand")?,
+                    d("d_available")?,
+                    d("d_held")?,
+                    d("d_confirmed")?,
+                ],
             );
         }
         for sku in skus {
