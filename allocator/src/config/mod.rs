@@ -16,6 +16,8 @@ use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::lease::state::{MIN_RENEW_ATTEMPT, RENEW_ATTEMPTS};
+/// The `migrate` command's arguments, kept with the command (`crate::shard`).
+pub use crate::shard::MigrateArgs;
 
 mod flags;
 use flags::*;
@@ -37,31 +39,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or upgrade the schema and fix the partition count (idempotent).
-    Migrate(MigrateArgs),
+    Migrate(crate::shard::MigrateArgs),
     /// Run an allocator replica.
     Serve(Box<ServeArgs>),
     /// Archive or restore the ledger's time partitions.
     Ledger(crate::retention::command::LedgerArgs),
     /// Operate on the shards: move a partition to another shard.
     Shards(crate::shard::ShardsArgs),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct MigrateArgs {
-    /// The one database of a one-shard cluster (the default shard `main`).
-    #[arg(long, env = "DATABASE_URL", required_unless_present = "shards")]
-    pub database_url: Option<String>,
-    /// A shard of a cluster over several databases, as `NAME=URL`; repeat it for every shard,
-    /// the catalog (which stores the shard map) first. Replaces `--database-url`.
-    #[arg(long = "shard", value_name = "NAME=URL")]
-    pub shards: Vec<schema::shard::ShardTarget>,
-    /// Partition count for a new cluster (default 64); must match an existing cluster's.
-    #[arg(long, env = "ALLOCATOR_PARTITIONS")]
-    pub partitions: Option<u32>,
-    /// Span of each ledger time partition (default 1 day); on a cluster that has partitions,
-    /// applies to those created after the last one.
-    #[arg(long, env = "ALLOCATOR_LEDGER_PARTITION_SPAN_SECS")]
-    pub ledger_partition_span_secs: Option<u64>,
 }
 
 /// The `serve` command line as typed; [`AllocatorConfig::try_from`] validates it.

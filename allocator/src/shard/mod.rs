@@ -11,11 +11,28 @@ use clap::{Args, Subcommand};
 use schema::shard::{self, ShardMap, ShardName, ShardTarget};
 use schema::{InitOptions, MigrationReport, ShardRole};
 
-use crate::config::MigrateArgs;
-
 mod moving;
 
 pub use moving::{move_partition, Moved, MOVE_LEASE};
+
+/// `allocator migrate`: every shard of the cluster, or its one database.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// The one database of a one-shard cluster (the default shard `main`).
+    #[arg(long, env = "DATABASE_URL", required_unless_present = "shards")]
+    pub database_url: Option<String>,
+    /// A shard of a cluster over several databases, as `NAME=URL`; repeat it for every shard,
+    /// the catalog (which stores the shard map) first. Replaces `--database-url`.
+    #[arg(long = "shard", value_name = "NAME=URL")]
+    pub shards: Vec<schema::shard::ShardTarget>,
+    /// Partition count for a new cluster (default 64); must match an existing cluster's.
+    #[arg(long, env = "ALLOCATOR_PARTITIONS")]
+    pub partitions: Option<u32>,
+    /// Span of each ledger time partition (default 1 day); on a cluster that has partitions,
+    /// applies to those created after the last one.
+    #[arg(long, env = "ALLOCATOR_LEDGER_PARTITION_SPAN_SECS")]
+    pub ledger_partition_span_secs: Option<u64>,
+}
 
 /// `allocator shards …`: operations on a cluster's shards.
 #[derive(Debug, Clone, Args)]

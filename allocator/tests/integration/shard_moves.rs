@@ -64,21 +64,31 @@ fn targets(a: &str, b: &str) -> Vec<ShardTarget> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_partition_moves_between_shards_under_load_and_loses_no_acknowledged_hold() {
+/// Two fresh databases `{name}-a` (shard `s0`, the catalog) and `{name}-b` (`s1`), migrated as
+/// one cluster of [`PARTITIONS`] over both, with `span_secs` ledger partitions when given.
+pub(crate) async fn two_shards(
+    name: &str,
+    span_secs: Option<u64>,
+) -> (String, String, Vec<ShardTarget>) {
     let (a, b) = (
-        fresh_database("move-a").await.unwrap(),
-        fresh_database("move-b").await.unwrap(),
+        fresh_database(&format!("{name}-a")).await.unwrap(),
+        fresh_database(&format!("{name}-b")).await.unwrap(),
     );
     let shards = targets(&a, &b);
     allocator::shard::migrate(&allocator::config::MigrateArgs {
         database_url: None,
         shards: shards.clone(),
         partitions: Some(PARTITIONS),
-        ledger_partition_span_secs: None,
+        ledger_partition_span_secs: span_secs,
     })
     .await
     .expect("migrate");
+    (a, b, shards)
+}
+
+#[tokio::test]
+async fn a_partition_moves_between_shards_under_load_and_loses_no_acknowledged_hold() {
+    let (a, b, shards) = two_shards("move", None).await;
     let r0 = TestReplica::start(fast_config_with(&a, "r0", &WINDOWS)).await;
     let on_b: Vec<&str> = WINDOWS
         .iter()

@@ -19,9 +19,9 @@ use allocator::retention::archive::{archive_oldest, ArchiveSettings, Archived};
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use schema::shard::{ShardName, ShardTarget};
-use testkit::shared::fresh_database;
 
 use crate::common::*;
+use crate::shard_moves::two_shards;
 
 const MOVED: u32 = 1;
 const STOCK: i64 = 1_000_000;
@@ -32,13 +32,6 @@ const WINDOWS: [&str; 4] = [
     "--settlement-grace-ms",
     "1500",
 ];
-
-fn targets(a: &str, b: &str) -> Vec<ShardTarget> {
-    [("s0", a), ("s1", b)]
-        .iter()
-        .map(|(n, u)| format!("{n}={u}").parse().unwrap())
-        .collect()
-}
 
 async fn now(db: &tokio_postgres::Client) -> DateTime<Utc> {
     db.query_one("SELECT now()", &[]).await.unwrap().get(0)
@@ -175,19 +168,7 @@ async fn disagreements(
 
 #[tokio::test]
 async fn shard_moves_carry_archived_history_and_fold_rows_into_archived_time() {
-    let (a, b) = (
-        fresh_database("movearch-a").await.unwrap(),
-        fresh_database("movearch-b").await.unwrap(),
-    );
-    let shards = targets(&a, &b);
-    allocator::shard::migrate(&allocator::config::MigrateArgs {
-        database_url: None,
-        shards: shards.clone(),
-        partitions: Some(PARTITIONS),
-        ledger_partition_span_secs: Some(2),
-    })
-    .await
-    .expect("migrate");
+    let (a, b, shards) = two_shards("movearch", Some(2)).await;
     let r0 = TestReplica::start(fast_config_with(&a, "r0", &WINDOWS)).await;
     let on_b: Vec<&str> = WINDOWS
         .iter()
@@ -331,19 +312,7 @@ async fn shard_moves_carry_archived_history_and_fold_rows_into_archived_time() {
 /// partition stays where it was and is served there.
 #[tokio::test]
 async fn shard_moves_refuse_an_unbalanced_history_before_the_fence() {
-    let (a, b) = (
-        fresh_database("movearch-refuse-a").await.unwrap(),
-        fresh_database("movearch-refuse-b").await.unwrap(),
-    );
-    let shards = targets(&a, &b);
-    allocator::shard::migrate(&allocator::config::MigrateArgs {
-        database_url: None,
-        shards: shards.clone(),
-        partitions: Some(PARTITIONS),
-        ledger_partition_span_secs: Some(2),
-    })
-    .await
-    .expect("migrate");
+    let (a, _, shards) = two_shards("movearch-refuse", Some(2)).await;
     let r0 = TestReplica::start(fast_config_with(&a, "r0", &WINDOWS)).await;
     let db0 = client(&a).await;
     let sku = sku_in(MOVED, "refused");

@@ -30,7 +30,12 @@ impl EventQuery {
         let invalid = |detail: String| Err(QueryError::Invalid(detail));
         let (mut stream, mut after, mut limit) = (None, 0, PAGE_LIMIT_DEFAULT);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
+            // Clients encode the `/` of `settlement/<shard>` as `%2F`.
+            let Ok(value) = percent_encoding::percent_decode_str(raw).decode_utf8() else {
+                return invalid(format!("{name} is not UTF-8 once percent-decoded: {raw:?}"));
+            };
+            let value = value.as_ref();
             match name {
                 "partition" if value == SETTLEMENT_STREAM => {
                     stream = Some(Stream::CATALOG_SETTLEMENT)
@@ -90,6 +95,17 @@ impl EventQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_percent_encoded_shard_stream_parses_like_the_plain_one() {
+        let plain = EventQuery::parse("partition=settlement/w-06m7wpt10b", 8).unwrap();
+        let encoded = EventQuery::parse("partition=settlement%2Fw-06m7wpt10b", 8).unwrap();
+        assert_eq!(plain, encoded);
+        assert!(matches!(
+            EventQuery::parse("partition=settlement%2F%FF", 8),
+            Err(QueryError::Invalid(_))
+        ));
+    }
 
     #[test]
     fn queries_parse_or_say_what_is_wrong() {
