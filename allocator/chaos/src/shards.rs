@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
+use crate::check::shards::run_stream_name;
+
 /// One shard at the end of the run.
 pub struct ShardDb {
     pub name: String,
@@ -27,7 +29,8 @@ impl ShardDb {
     /// The run-wide name of the stream this shard records as `stored`, or `None` when it is a
     /// partition the shard no longer holds.
     pub fn stream_name(&self, stored: &str) -> Option<String> {
-        run_stream_name(&self.name, self.catalog, &self.partitions, stored)
+        let holds = |p: i64| i32::try_from(p).is_ok_and(|p| self.partitions.contains(&p));
+        run_stream_name(&self.name, self.catalog, holds, stored)
     }
 
     /// `query`'s rows (`stream`, integer) as a JSON object, each stream under its run-wide name.
@@ -55,18 +58,6 @@ impl ShardDb {
     }
 }
 
-/// [`ShardDb::stream_name`] of shard `name`.
-fn run_stream_name(name: &str, catalog: bool, partitions: &[i32], stored: &str) -> Option<String> {
-    if let Some(p) = stored.strip_prefix("partition/") {
-        let p: i32 = p.parse().ok()?;
-        return partitions.contains(&p).then(|| stored.to_owned());
-    }
-    if stored == "settlement" && !catalog {
-        return Some(format!("settlement/{name}"));
-    }
-    Some(stored.to_owned())
-}
-
 /// `by_stream` over every shard, merged (every stream belongs to one shard).
 pub async fn by_stream(shards: &[ShardDb], query: &str) -> Result<BTreeMap<String, i64>> {
     let mut out = BTreeMap::new();
@@ -82,12 +73,12 @@ mod tests {
 
     #[test]
     fn a_shard_names_its_settlement_stream_and_only_its_partitions() {
-        let s1 = |stored| run_stream_name("s1", false, &[8, 9], stored);
+        let s1 = |stored| run_stream_name("s1", false, |p| [8, 9].contains(&p), stored);
         assert_eq!(s1("partition/8").as_deref(), Some("partition/8"));
         assert_eq!(s1("partition/3"), None);
         assert_eq!(s1("settlement").as_deref(), Some("settlement/s1"));
         assert_eq!(s1("settlement/s1").as_deref(), Some("settlement/s1"));
-        let main = |stored| run_stream_name("main", true, &[0, 1], stored);
+        let main = |stored| run_stream_name("main", true, |p| [0, 1].contains(&p), stored);
         assert_eq!(main("settlement").as_deref(), Some("settlement"));
         assert_eq!(main("partition/1").as_deref(), Some("partition/1"));
     }

@@ -59,14 +59,12 @@ impl ShardPart {
     /// The run-wide name of a stream this shard records as `stored`; `None` for a partition it
     /// no longer holds.
     fn stream_name(&self, stored: &str) -> Option<String> {
-        if let Some(p) = stored.strip_prefix("partition/") {
-            let p: i64 = p.parse().ok()?;
-            return self.partitions.contains(&p).then(|| stored.to_owned());
-        }
-        if stored == "settlement" && !self.catalog {
-            return Some(format!("settlement/{}", self.name));
-        }
-        Some(stored.to_owned())
+        run_stream_name(
+            &self.name,
+            self.catalog,
+            |p| self.partitions.contains(&p),
+            stored,
+        )
     }
 
     /// This shard's settled windows' stream.
@@ -175,6 +173,25 @@ fn archived_prefix(parts: &[ShardPart]) -> Result<Option<ArchivedPrefix>, String
         }
     }
     Ok(merged)
+}
+
+/// The run-wide name of the stream shard `name` records as `stored` (its own tables name its
+/// settlement stream `settlement`), or `None` for a partition it does not `hold`: partition
+/// streams keep their names, and a shard other than the catalog settles into
+/// `settlement/<shard>`. The harness names what it reads from each shard by the same rule.
+pub fn run_stream_name(
+    name: &str,
+    catalog: bool,
+    holds: impl Fn(i64) -> bool,
+    stored: &str,
+) -> Option<String> {
+    if let Some(p) = stored.strip_prefix("partition/") {
+        return holds(p.parse().ok()?).then(|| stored.to_owned());
+    }
+    if stored == "settlement" && !catalog {
+        return Some(format!("settlement/{name}"));
+    }
+    Some(stored.to_owned())
 }
 
 /// Reads `shards.json` (already parsed) with each shard's dump from `read(file)`.
