@@ -85,6 +85,9 @@ struct Relay {
     /// The term the cursors were loaded under.
     term: Option<i64>,
     cursors: BTreeMap<Stream, Cursor>,
+    /// When the streams were last looked for: a partition moved in from another shard
+    /// (`allocator shards move`) brings its progress row mid-term.
+    streams_read_at: Option<tokio::time::Instant>,
 }
 
 /// Start the relay; it works only while `term` grants authority and ends with `stop`.
@@ -103,6 +106,7 @@ pub fn spawn(
         lag_read_at: None,
         term: None,
         cursors: BTreeMap::new(),
+        streams_read_at: None,
     };
     Ok(tokio::spawn(async move {
         let mut catching_up = 0;
@@ -179,6 +183,19 @@ impl Relay {
                 .await
                 .map_err(RoundError::Database)?;
             self.term = Some(term);
+            self.streams_read_at = Some(tokio::time::Instant::now());
+        } else if self
+            .streams_read_at
+            .is_none_or(|at| at.elapsed() >= LAG_QUERY_EVERY)
+        {
+            // Only streams not followed yet: a followed stream's cursor is ahead of its row.
+            for (stream, cursor) in load_progress(&**client, &self.settings.settlement)
+                .await
+                .map_err(RoundError::Database)?
+            {
+                self.cursors.entry(stream).or_insert(cursor);
+            }
+            self.streams_read_at = Some(tokio::time::Instant::now());
         }
         let limit = self.settings.batch as i64;
         let partitions: Vec<(u32, i64)> = self
