@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the parsers of untrusted input with cargo-fuzz (libFuzzer): the auth
-# file, the client policy grammar (also the header allocators read from routers) and the request
-# values of schema::wire. The targets live in allocator/access/fuzz (a crate of its own, outside
+# file, the client policy grammar (also the header allocators read from routers), the request
+# values of schema::wire and the canonical form of request paths (against actix's own decoding). The targets live in allocator/access/fuzz (a crate of its own, outside
 # the workspace) and assert more than "no panic": what a parser accepts is within its documented
 # rules and survives a round trip.
 #
@@ -21,7 +21,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SECONDS_EACH=30
-TARGETS=(auth_file client_policy wire_requests)
+TARGETS=(auth_file client_policy wire_requests paths)
 only=""
 while (($#)); do
     case "$1" in

@@ -360,6 +360,8 @@ fn serve_http(
             .wrap(access::AccessControl::new(access.clone()))
             .wrap_fn(edge::request_id::middleware)
             .wrap_fn(crate::console::record)
+            // Outermost: everything above takes its decisions on the path the handler will see.
+            .wrap_fn(edge::canonical::middleware)
             .configure(routes::configure)
             .configure(|cfg| console.configure(cfg))
             .default_service(web::to(edge::problem::not_found))

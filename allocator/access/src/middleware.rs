@@ -164,6 +164,16 @@ fn facts<'a>(request: &'a ServiceRequest, template: Option<&'a str>) -> Request<
     }
 }
 
+/// The route template of the path the router will dispatch on: the percent-decoded path (all but
+/// `%2F`, `%25`, `%2B`), not the raw one `match_pattern` reads before routing. The services' edge
+/// puts the raw path into its canonical form first (`edge::canonical`), which makes the two
+/// agree; reading the template here from the dispatched path keeps the gate right on its own.
+fn route_template(request: &ServiceRequest) -> Option<String> {
+    request
+        .resource_map()
+        .match_pattern(request.match_info().as_str())
+}
+
 /// The request's body, up to one byte past the limit (the handler then answers `413`), put
 /// back for the handler. A body that breaks off is handed on as far as it came, for the handler
 /// to refuse.
@@ -196,7 +206,7 @@ where
         let gate = self.gate.clone();
         let service = self.service.clone();
         Box::pin(async move {
-            let template = request.match_pattern();
+            let template = route_template(&request);
             let decision = gate.admit(&facts(&request, template.as_deref()));
             let admitted = match decision {
                 Ok(admitted) => admitted,
@@ -264,5 +274,56 @@ where
             }
             Ok(response?.map_into_left_body())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::{MetricNames, Role, Settings};
+    use crate::table::hash_hex;
+    use actix_web::{test, web, App, HttpResponse};
+    use std::io::Write;
+
+    const METRICS: MetricNames = MetricNames {
+        client_requests: "test_client_requests_total",
+        auth_reloads: "test_auth_reloads_total",
+        auth_clients: "test_auth_clients",
+        quota_refusals: "test_quota_refusals_total",
+        tls_reloads: "test_tls_reloads_total",
+    };
+
+    /// Without the services' canonical-path edge in front, the gate still takes its decision on
+    /// the path actix dispatches on: an escaped letter does not hide the route's scope (before,
+    /// the raw path matched no template and the request was let through: `201`).
+    #[actix_web::test]
+    async fn the_scope_is_that_of_the_route_the_request_is_dispatched_to() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(file, "shop reserve {}", hash_hex(b"shop-token")).unwrap();
+        let settings = Settings {
+            auth_file: Some(file.path().to_owned()),
+            ..Settings::off()
+        };
+        let gate = Arc::new(Gate::new(Role::Router, settings, METRICS).unwrap());
+        let app = test::init_service(
+            App::new().wrap(AccessControl::new(gate)).route(
+                schema::routes::ADJUST.path,
+                web::post().to(|| async { HttpResponse::Created().finish() }),
+            ),
+        )
+        .await;
+        for path in [
+            "/v1/inventory/x/adjustments",
+            "/v1/%69nventory/x/adjustments",
+            "/v1/inventory/x/%61djustments",
+            "/%76%31/inventory/x/adjustments",
+        ] {
+            let request = test::TestRequest::post()
+                .uri(path)
+                .insert_header(("authorization", "Bearer shop-token"))
+                .to_request();
+            let response = test::call_service(&app, request).await;
+            assert_eq!(response.status(), 403, "{path}");
+        }
     }
 }

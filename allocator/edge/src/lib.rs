@@ -1,6 +1,8 @@
 //! The service edge of the allocator and the router: what both HTTP services do the same way,
 //! written once so the two cannot drift.
 //!
+//! * [`canonical`]: the outermost middleware, which puts every request's path into its one
+//!   canonical form before anything takes a decision on it;
 //! * [`signals`]: waiting for SIGTERM/SIGINT to start a graceful shutdown;
 //! * [`telemetry`]: JSON logs through `tracing` (DESIGN.md §10);
 //! * [`request_id`]: the `X-Request-Id` middleware and the request's id on its task;
@@ -13,6 +15,7 @@
 //! * [`backoff`]: capped exponential backoff with jitter, and the jitter of periodic timers; the
 //!   client crate's (`allocator_client::backoff`), so services and clients wait alike.
 
+pub mod canonical;
 pub mod metrics;
 pub mod pg;
 pub mod problem;

@@ -225,5 +225,7 @@ pub fn app(
             })
         })
         .wrap_fn(edge::request_id::middleware)
+        // Outermost: everything above takes its decisions on the path the handler will see.
+        .wrap_fn(edge::canonical::middleware)
         .configure(configure)
 }

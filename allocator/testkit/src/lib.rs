@@ -25,6 +25,8 @@
 //!   `cluster` binary of this crate).
 //! * [`fenced`]: leases and fenced batches written as an allocator writes them, for histories
 //!   built without a replica.
+//! * [`encoded_paths`]: every route asked with each character of its fixed segments
+//!   percent-encoded, answered as its canonical path, against either service.
 //! * [`history`]: a SKU's history (`GET /v1/inventory/{sku}/history`) made by two clients and an
 //!   admin and checked whole, page by page and for its refusals, against either service.
 //!
@@ -40,6 +42,7 @@
 pub mod api_client;
 pub mod browser;
 pub mod cluster;
+pub mod encoded_paths;
 pub mod fenced;
 pub mod history;
 pub mod postgres;

@@ -9,6 +9,7 @@ mod batch_equivalence;
 #[allow(dead_code)]
 mod common;
 mod config;
+mod encoded_paths;
 mod events;
 mod events_faults;
 mod events_restarts;

@@ -5,6 +5,7 @@ mod auth;
 mod auth_upstream;
 #[allow(dead_code)]
 mod common;
+mod encoded_paths;
 mod failover;
 mod failover_redis;
 mod give_up;
