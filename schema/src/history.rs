@@ -38,9 +38,8 @@ impl HistoryQuery {
     /// Parse the query string; the error is the `400` problem's `detail`.
     pub fn parse(query: &str) -> Result<HistoryQuery, String> {
         let mut parsed = HistoryQuery::default();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            crate::page::page_param(name, value, &mut parsed.after, &mut parsed.limit)
+        for (name, value) in crate::page::query_pairs(query)? {
+            crate::page::page_param(&name, &value, &mut parsed.after, &mut parsed.limit)
                 .unwrap_or_else(|| Err(format!("unknown query parameter {name:?}")))?;
         }
         Ok(parsed)

@@ -29,14 +29,11 @@ impl EventQuery {
     pub fn parse(query: &str, partition_count: u32) -> Result<EventQuery, QueryError> {
         let invalid = |detail: String| Err(QueryError::Invalid(detail));
         let (mut stream, mut after, mut limit) = (None, 0, PAGE_LIMIT_DEFAULT);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
-            // Clients encode the `/` of `settlement/<shard>` as `%2F`.
-            let Ok(value) = percent_encoding::percent_decode_str(raw).decode_utf8() else {
-                return invalid(format!("{name} is not UTF-8 once percent-decoded: {raw:?}"));
-            };
-            let value = value.as_ref();
-            match name {
+        // Clients encode the `/` of `settlement/<shard>` as `%2F`.
+        let pairs = crate::page::query_pairs(query).map_err(QueryError::Invalid)?;
+        for (name, value) in &pairs {
+            let value = value.as_str();
+            match name.as_str() {
                 "partition" if value == SETTLEMENT_STREAM => {
                     stream = Some(Stream::CATALOG_SETTLEMENT)
                 }
