@@ -8,9 +8,10 @@
 //! the path percent-decoded (all but `%2F`, `%25`, `%2B`), while anything that reads the raw path
 //! (a route template matched against it, an audit line, a metric label) would see `/v1/%69nventory`
 //! as a path no route has. [`canonical`] removes the difference at the edge: escapes of unreserved
-//! characters are decoded (RFC 3986 §6.2.2.2: `%69` and `i` are the same URI) and the hex digits of
-//! the others upper-cased (§6.2.2.1), so a route's fixed segments, which are unreserved characters
-//! only, read the same raw and decoded; a `%` that does not start an escape is refused.
+//! characters are decoded (RFC 3986 §6.2.2.2: `%69` and `i` are the same URI), so a route's fixed
+//! segments, which are unreserved characters only, read the same raw and decoded; every other
+//! escape is left as sent (its case too: actix keeps `%2f` as `%2f`), and a `%` that does not
+//! start an escape is refused.
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
@@ -52,8 +53,8 @@ fn hex_value(byte: u8) -> Option<u8> {
     (byte as char).to_digit(16).map(|d| d as u8)
 }
 
-/// The canonical form of a request path: escapes of unreserved characters decoded, the hex digits
-/// of every other escape upper-cased, nothing else changed. `Ok(None)` when the path is canonical
+/// The canonical form of a request path: escapes of unreserved characters decoded, nothing else
+/// changed. `Ok(None)` when the path is canonical
 /// already (no allocation: the common case); an error for a `%` not followed by two hex digits.
 ///
 /// One pass, so a decoded character never forms a new escape with its neighbours (it is never
@@ -90,11 +91,7 @@ pub fn canonical(path: &str) -> Result<Option<String>, MalformedEscape> {
             out.push(value as char);
             changed = true;
         } else {
-            let (high, low) = (bytes[i + 1], bytes[i + 2]);
-            changed |= high.is_ascii_lowercase() || low.is_ascii_lowercase();
-            out.push('%');
-            out.push(high.to_ascii_uppercase() as char);
-            out.push(low.to_ascii_uppercase() as char);
+            out.push_str(&path[i..i + 3]);
         }
         i += 3;
     }
@@ -114,13 +111,12 @@ mod tests {
         assert_eq!(c("/v1/%49NVENTORY").as_deref(), Some("/v1/INVENTORY"));
         assert_eq!(c("/v1/%65vents").as_deref(), Some("/v1/events"));
         assert_eq!(c("/%2d%2E%5f%7E%30").as_deref(), Some("/-._~0"));
-        // Reserved and protected escapes stay escapes, their hex upper-cased.
-        assert_eq!(c("/x%2fy%3a%25").as_deref(), Some("/x%2Fy%3A%25"));
-        assert_eq!(c("/x%2Fy%3A%25"), None);
+        // Reserved and protected escapes stay as sent, case and all.
+        assert_eq!(c("/x%2fy%3a%25"), None);
+        assert_eq!(c("/x%2Fy%3A%25%41").as_deref(), Some("/x%2Fy%3A%25A"));
         // `%25` is a `%`, not the start of an escape: `%2569` stays as it is.
         assert_eq!(c("/v1/%2569nventory"), None);
-        assert_eq!(c("/é%C3%A9").as_deref(), None);
-        assert_eq!(c("/é%c3%a9").as_deref(), Some("/é%C3%A9"));
+        assert_eq!(c("/é%c3%a9%6a").as_deref(), Some("/é%c3%a9j"));
     }
 
     #[test]

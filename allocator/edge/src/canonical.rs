@@ -104,8 +104,8 @@ mod tests {
         )
         .await;
         for (sent, path, sku) in [
-            ("/v1/inventory/a%3a1", "/v1/inventory/a%3A1", "a:1"),
-            ("/v1/%69nventory/a%2fb", "/v1/inventory/a%2Fb", "a/b"),
+            ("/v1/inventory/a%3a1", "/v1/inventory/a%3a1", "a:1"),
+            ("/v1/%69nventory/a%2fb", "/v1/inventory/a%2fb", "a/b"),
             ("/v1/%49nventory/x?y=%41", "/v1/Inventory/x", ""),
             ("/%76%31/inventory/%7e", "/v1/inventory/~", "~"),
         ] {
