@@ -8,6 +8,7 @@
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use actix_web::http::header::{HeaderMap, AUTHORIZATION};
 use schema::routes::{self, Access, Scope};
@@ -64,6 +65,9 @@ pub struct Gate {
     table: RwLock<Option<Arc<TokenTable>>>,
     limits: ClientLimits,
     metrics: MetricNames,
+    /// Audit lines of unauthenticated refusals, by whole seconds since `started`.
+    unauthenticated_lines: audit::UnauthenticatedBudget,
+    started: Instant,
 }
 
 impl std::fmt::Debug for Gate {
@@ -107,6 +111,8 @@ impl Gate {
             table: RwLock::new(table),
             limits: ClientLimits::default(),
             metrics,
+            unauthenticated_lines: audit::UnauthenticatedBudget::default(),
+            started: Instant::now(),
         })
     }
 
@@ -214,7 +220,22 @@ impl Gate {
             )
             .increment(1);
         }
-        audit::refused(client, request, sku, error);
+        let mut suppressed_before = 0;
+        if let Some(reason) = error.unauthenticated_reason() {
+            metrics::counter!(self.metrics.unauthenticated, "reason" => reason).increment(1);
+            // Anyone can send these, as fast as they like: their lines are capped.
+            let second = self.started.elapsed().as_secs();
+            match self.unauthenticated_lines.take(second) {
+                audit::Sample::Write {
+                    suppressed_before: n,
+                } => suppressed_before = n,
+                audit::Sample::Suppress => {
+                    metrics::counter!(self.metrics.audit_suppressed).increment(1);
+                    return;
+                }
+            }
+        }
+        audit::refused(client, request, sku, error, suppressed_before);
     }
 
     fn decide(&self, request: &Request<'_>) -> Result<Admitted, (String, AccessError)> {

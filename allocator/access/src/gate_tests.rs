@@ -12,6 +12,8 @@ const METRICS: MetricNames = MetricNames {
     auth_clients: "test_auth_clients",
     quota_refusals: "test_quota_refusals_total",
     tls_reloads: "test_tls_reloads_total",
+    unauthenticated: "test_unauthenticated_requests_total",
+    audit_suppressed: "test_audit_lines_suppressed_total",
 };
 
 /// `admit` as the middleware calls it.

@@ -28,6 +28,7 @@ mod ledger_archive_race;
 mod ledger_partitions;
 mod ledger_support;
 mod lifecycle;
+mod open_paths;
 mod openapi;
 mod owners;
 mod owners_fenced;
