@@ -13,6 +13,7 @@ mod held_units;
 mod history;
 mod hold_quota;
 mod hostile_input;
+mod in_flight;
 mod openapi;
 mod order_lock;
 mod order_races;
