@@ -31,6 +31,7 @@ mod lifecycle;
 mod open_paths;
 mod openapi;
 mod owners;
+mod owners_adjustments;
 mod owners_fenced;
 mod processes;
 mod renewal;
