@@ -449,3 +449,6 @@ fn the_owner_is_the_client_and_admin_comes_from_its_scopes_or_its_router() {
     let open = Gate::new(Role::Allocator, Settings::off(), METRICS).unwrap();
     assert_eq!(owner(&open, HeaderMap::new()).unwrap(), Owner::ANYONE);
 }
+
+#[path = "gate_rotation_tests.rs"]
+mod rotation;
