@@ -75,10 +75,8 @@ async fn another_clients_adjustment_id_is_answered_as_not_found_and_names_nothin
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
 
     // Directly, for another SKU, for the very same request, and named by a router (as admin).
-    let routed_admin: &[(&str, &str)] = &[
-        (HEADER_CLIENT, "ops"),
-        ("x-allocator-client-admin", "true"),
-    ];
+    let routed_admin: &[(&str, &str)] =
+        &[(HEADER_CLIENT, "ops"), ("x-allocator-client-admin", "true")];
     let attempts = [
         (ACME_OPS, &[][..], ("acme:1", "adj-shared", 100)),
         (OPS, &[][..], beta),
@@ -86,9 +84,17 @@ async fn another_clients_adjustment_id_is_answered_as_not_found_and_names_nothin
     ];
     for (token, headers, request) in attempts {
         let answer = adjust(&base, token, headers, request).await;
-        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{request:?}: {}", answer.body);
+        assert_eq!(
+            answer.status,
+            StatusCode::NOT_FOUND,
+            "{request:?}: {}",
+            answer.body
+        );
         assert_eq!(answer.body["type"], problem_type::NOT_FOUND);
-        assert_eq!(answer.body["detail"], "adjustment adj-shared does not exist");
+        assert_eq!(
+            answer.body["detail"],
+            "adjustment adj-shared does not exist"
+        );
         let text = answer.body.to_string();
         assert!(!text.contains("beta") && !text.contains("500"), "{text}");
     }
@@ -106,7 +112,12 @@ async fn another_clients_adjustment_id_is_answered_as_not_found_and_names_nothin
     assert!(again.replayed);
     assert_eq!(again.body, made.body);
     let changed = adjust(&base, BETA_OPS, &[], ("beta:tee", "adj-shared", 7)).await;
-    assert_eq!(changed.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", changed.body);
+    assert_eq!(
+        changed.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        changed.body
+    );
 
     // An adjustment without an owner (before V20, or authentication off) is anyone's; a reuse
     // with another SKU or delta does not tell what it was.
@@ -120,7 +131,12 @@ async fn another_clients_adjustment_id_is_answered_as_not_found_and_names_nothin
     assert_eq!(anyones.status, StatusCode::OK, "{}", anyones.body);
     assert!(anyones.replayed);
     let reused = adjust(&base, ACME_OPS, &[], ("acme:1", "adj-shared", 100)).await;
-    assert_eq!(reused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", reused.body);
+    assert_eq!(
+        reused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reused.body
+    );
     assert_eq!(reused.body["type"], problem_type::IDEMPOTENCY_MISMATCH);
     let text = reused.body.to_string();
     assert!(!text.contains("beta") && !text.contains("500"), "{text}");

@@ -342,7 +342,14 @@ mod tests {
         for url in ["https://a:1", "HTTPS://a", "Https://x/y"] {
             assert!(super::is_https(url), "{url}");
         }
-        for url in ["http://a:1", "", "https:/a", "httpss://a", "ftp://a", "https:"] {
+        for url in [
+            "http://a:1",
+            "",
+            "https:/a",
+            "httpss://a",
+            "ftp://a",
+            "https:",
+        ] {
             assert!(!super::is_https(url), "{url}");
         }
     }

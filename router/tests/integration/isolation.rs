@@ -141,7 +141,13 @@ async fn tenants_neither_see_nor_take_each_others_ids() {
     let own = adjust(&base, BETA_OPS, "beta:tee", "adj-shared", 500).await;
     assert_eq!(own.status, StatusCode::OK, "{}", own.body);
     assert!(own.replayed);
-    let stock = send(Method::GET, &format!("{base}/v1/inventory/beta:tee"), OPS, None).await;
+    let stock = send(
+        Method::GET,
+        &format!("{base}/v1/inventory/beta:tee"),
+        OPS,
+        None,
+    )
+    .await;
     assert_eq!(stock.body["on_hand"], 500, "{}", stock.body);
 
     // 3. A retried order keeps to its own lines. An undecided earlier attempt of alice's order
@@ -165,7 +171,12 @@ async fn tenants_neither_see_nor_take_each_others_ids() {
         assert_eq!(held.status, StatusCode::CREATED, "{}", held.body);
 
         let placed = order(&base, ALICE, order_id, &lines).await;
-        assert_eq!(placed.status, StatusCode::CREATED, "{order_id}: {}", placed.body);
+        assert_eq!(
+            placed.status,
+            StatusCode::CREATED,
+            "{order_id}: {}",
+            placed.body
+        );
         assert_eq!(
             placed.body["reservations"][0]["reservation_id"],
             format!("order:{order_id}:0")
@@ -205,13 +216,24 @@ async fn a_client_rotating_its_token_stays_one_client() {
     let over = send(Method::POST, &url, SHOP_NEW, reserve("rot-2", 1)).await;
     assert_eq!(over.status, StatusCode::TOO_MANY_REQUESTS, "{}", over.body);
     assert_eq!(over.body["quota"], "max_held_per_sku", "{}", over.body);
-    let released = send(Method::POST, &format!("{url}/rot-1/release"), SHOP_NEW, None).await;
+    let released = send(
+        Method::POST,
+        &format!("{url}/rot-1/release"),
+        SHOP_NEW,
+        None,
+    )
+    .await;
     assert_eq!(released.status, StatusCode::OK, "{}", released.body);
     let inventory = format!("{base}/v1/inventory/fruit:1");
     let first = send(Method::GET, &inventory, PACED_A, None).await;
     assert_eq!(first.status, StatusCode::OK, "{}", first.body);
     let second = send(Method::GET, &inventory, PACED_B, None).await;
-    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS, "{}", second.body);
+    assert_eq!(
+        second.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        second.body
+    );
     assert_eq!(second.body["type"], problem_type::RATE_LIMITED);
     assert_eq!(metric(&base, "router_auth_clients").await, 3.0);
     secured.router.stop().await;
