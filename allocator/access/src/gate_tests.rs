@@ -3,7 +3,7 @@
 use super::*;
 use crate::table::hash_hex;
 use actix_web::http::header::{HeaderName, HeaderValue};
-use schema::wire::HEADER_CLIENT_POLICY;
+use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_POLICY};
 use std::io::Write;
 
 const METRICS: MetricNames = MetricNames {
