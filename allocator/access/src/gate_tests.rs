@@ -210,37 +210,6 @@ fn reload_swaps_the_table_and_keeps_it_on_error() {
 }
 
 #[test]
-fn limits_apply_by_client_with_overrides() {
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    writeln!(file, "slow reserve {} rate=1 burst=1", hash_hex(b"t-slow")).unwrap();
-    writeln!(file, "fast reserve {}", hash_hex(b"t-fast")).unwrap();
-    let gate = gate(Role::Router, &file, |s| {
-        // Slow enough that no token comes back while the test runs.
-        s.rate = Some(1.0);
-        s.burst = Some(3);
-    });
-    let slow = headers(Some("t-slow"), None);
-    let fast = headers(Some("t-fast"), None);
-    let ask_at = |h: &HeaderMap| admit_at(&gate, "POST", "/v1/reservations", Some(RESERVE.1), h);
-    ask_at(&slow).unwrap();
-    assert_eq!(
-        ask_at(&slow).unwrap_err(),
-        AccessError::RateLimited {
-            client: "slow".into(),
-            rate: 1.0,
-            retry_after: 1
-        }
-    );
-    for _ in 0..3 {
-        ask_at(&fast).unwrap();
-    }
-    assert!(matches!(
-        ask_at(&fast),
-        Err(AccessError::RateLimited { .. })
-    ));
-}
-
-#[test]
 fn with_authentication_off_everyone_is_anonymous() {
     let gate = Gate::new(
         Role::Router,
@@ -450,5 +419,5 @@ fn the_owner_is_the_client_and_admin_comes_from_its_scopes_or_its_router() {
     assert_eq!(owner(&open, HeaderMap::new()).unwrap(), Owner::ANYONE);
 }
 
-#[path = "gate_rotation_tests.rs"]
-mod rotation;
+#[path = "gate_limits_tests.rs"]
+mod limits;
