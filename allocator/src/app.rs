@@ -66,6 +66,7 @@ impl Application {
         )?;
         let jobs = start_jobs(&config, &storage, front.timing, &shutdown)?;
         let upkeep = start_upkeep(&storage.fence, &front, &metrics, &shutdown)?;
+        let readiness = storage.job_pool(&config, front.timing, "readyz", 1)?;
         let state = web::Data::new(AppState {
             pool: storage.pool,
             ownership: ownership.clone(),
@@ -75,6 +76,7 @@ impl Application {
             ready: replica.ready,
             shutdown: shutdown.clone(),
             access: front.access,
+            readiness: crate::api::readiness::Readiness::new(readiness),
         });
         let Front {
             tls,

@@ -38,6 +38,9 @@ pub const SHARD_PARTITIONS: &str = "allocator_shard_partitions";
 pub const PROCESS_STALLS: &str = "allocator_process_stalls_total";
 pub const QUEUE_REJECTIONS: &str = "allocator_queue_rejections_total";
 pub const MISDIRECTED_REQUESTS: &str = "allocator_misdirected_requests_total";
+/// Counter: `/readyz`'s database checks by `outcome` (`ok`, `failed`); at most about one a
+/// second, however often `/readyz` is called (each result answers it for a second).
+pub const READINESS_CHECKS: &str = "allocator_readiness_checks_total";
 pub const STALE_ROUTER_REQUESTS: &str = "allocator_stale_router_requests_total";
 pub const HINTS_PUBLISHED: &str = "allocator_hints_published_total";
 /// Partition workers that ended while they still had authority (a panic): the lease is given up.
@@ -54,6 +57,8 @@ pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     auth_clients: "allocator_auth_clients",
     quota_refusals: "allocator_quota_refusals_total",
     tls_reloads: "allocator_tls_reloads_total",
+    unauthenticated: "allocator_unauthenticated_requests_total",
+    audit_suppressed: "allocator_audit_lines_suppressed_total",
 };
 
 /// The names the storage fence (DESIGN.md §13) records under (what each counts:

@@ -55,6 +55,9 @@ pub const SETTLEMENT_READ_FAILURES_TOTAL: &str = "router_settlement_read_failure
 /// Answers of allocators that refused this router's own credential (`401`/`403`): a
 /// misconfigured `--upstream-token-file` or allocator auth file.
 pub const UPSTREAM_AUTH_FAILURES_TOTAL: &str = "router_upstream_auth_failures_total";
+/// Counter: upstream attempts not sent because the owner advertises a plain `http://` URL while
+/// this router reaches allocators over TLS only (`--upstream-ca`).
+pub const UPSTREAM_PLAIN_REFUSALS_TOTAL: &str = "router_upstream_plain_refusals_total";
 
 /// The names [`access::Gate`] records under (what each counts: [`access::MetricNames`]).
 pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
@@ -63,6 +66,8 @@ pub const ACCESS_METRICS: access::MetricNames = access::MetricNames {
     auth_clients: "router_auth_clients",
     quota_refusals: "router_quota_refusals_total",
     tls_reloads: "router_tls_reloads_total",
+    unauthenticated: "router_unauthenticated_requests_total",
+    audit_suppressed: "router_audit_lines_suppressed_total",
 };
 
 /// The names the storage fence (DESIGN.md §13) records under (what each counts:
@@ -224,8 +229,20 @@ fn describe() {
         "clients in the auth table in force"
     );
     describe_counter!(
+        ACCESS_METRICS.unauthenticated,
+        "requests refused 401 (no, a malformed or an unknown token), by reason"
+    );
+    describe_counter!(
+        ACCESS_METRICS.audit_suppressed,
+        "audit lines of unauthenticated refusals left out over the per-second cap"
+    );
+    describe_counter!(
         UPSTREAM_AUTH_FAILURES_TOTAL,
         "allocator answers refusing this router's credential"
+    );
+    describe_counter!(
+        UPSTREAM_PLAIN_REFUSALS_TOTAL,
+        "upstream attempts not sent: a plain http owner while upstream TLS is configured"
     );
 }
 
@@ -288,4 +305,8 @@ pub fn record_order_lock_lost(reason: &'static str) {
 
 pub fn record_upstream_auth_failure() {
     counter!(UPSTREAM_AUTH_FAILURES_TOTAL).increment(1);
+}
+
+pub fn record_plain_owner_refusal() {
+    counter!(UPSTREAM_PLAIN_REFUSALS_TOTAL).increment(1);
 }

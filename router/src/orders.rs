@@ -33,7 +33,10 @@
 //!    reserve of that line gets a definitive answer, and its release then settles it.
 //! 4. **Line ids taken by something else.** This can only happen to an order an earlier version
 //!    left undecided under the line ids of that version, `{order_id}:{i}` ([`LineIds::Legacy`]),
-//!    which any client could also reserve. If a line is refused with `422` (its id exists with
+//!    which any client could also reserve. Only an order stored without an owner (from before
+//!    owners were recorded) is finished under that form, and only when a reservation without an
+//!    owner (as that version's lines are) exists under one of its ids: another client's
+//!    reservation under such an id never turns an order to it ([`store`]). If a line is refused with `422` (its id exists with
 //!    another SKU or quantity), the answer is `422 idempotency-mismatch`. Every hold of the order
 //!    is still released — held now or replayed from an earlier attempt: the order's stored
 //!    request matched, so those holds are this order's own — but lines whose outcome is unknown

@@ -9,7 +9,8 @@
 //! so the client knows to retry with the same id rather than assume nothing happened. The rule
 //! ([`AttemptFailure::may_have_applied`]) is conservative:
 //!
-//! * never sent (no owner known, connection refused, connect timeout) → not applied;
+//! * never sent (no owner known, connection refused, connect timeout, an `http://` owner while
+//!   the router speaks only TLS to allocators) → not applied;
 //! * refused by the owner with `421` (not the owner) or `503` (no confirmed owner) → not applied,
 //!   the allocator answers those before touching the database — except a `503` whose problem body
 //!   says `outcome_unknown: true` (the owner queued the request but its own deadline passed);
@@ -40,6 +41,9 @@ pub enum AttemptFailure {
     Overdue,
     /// The connection could not be established (refused, unreachable, connect timeout).
     ConnectFailed,
+    /// The owner advertises a plain `http://` URL while this router speaks only TLS to
+    /// allocators (`--upstream-ca`): nothing was sent, no token left in clear text.
+    PlainOwner,
     /// The attempt timed out after the connection was up: the request may be executing.
     Timeout,
     /// The connection broke after the request was (possibly) written: reset, closed mid-body.
@@ -71,7 +75,7 @@ impl AttemptFailure {
         match self {
             Self::NoOwner | Self::Unavailable | Self::Overdue => RetryCause::Unavailable,
             Self::Misdirected => RetryCause::Misdirected,
-            Self::ConnectFailed | Self::ConnectionLost => RetryCause::Connect,
+            Self::ConnectFailed | Self::PlainOwner | Self::ConnectionLost => RetryCause::Connect,
             Self::Timeout => RetryCause::Timeout,
         }
     }
@@ -79,7 +83,11 @@ impl AttemptFailure {
     /// Whether the allocator may have applied the request during this attempt.
     pub fn may_have_applied(self) -> bool {
         match self {
-            Self::NoOwner | Self::Misdirected | Self::Unavailable | Self::ConnectFailed => false,
+            Self::NoOwner
+            | Self::Misdirected
+            | Self::Unavailable
+            | Self::ConnectFailed
+            | Self::PlainOwner => false,
             Self::Overdue | Self::Timeout | Self::ConnectionLost => true,
         }
     }
@@ -125,7 +133,7 @@ mod tests {
     #[test]
     fn outcome_unknown_only_after_possibly_sending() {
         use AttemptFailure::*;
-        for f in [NoOwner, Misdirected, Unavailable, ConnectFailed] {
+        for f in [NoOwner, Misdirected, Unavailable, ConnectFailed, PlainOwner] {
             assert!(!f.may_have_applied(), "{f:?}");
         }
         for f in [Overdue, Timeout, ConnectionLost] {
@@ -185,5 +193,6 @@ mod tests {
         assert_eq!(give_up_status(AttemptFailure::Timeout), 504);
         assert_eq!(give_up_status(AttemptFailure::ConnectFailed), 503);
         assert_eq!(give_up_status(AttemptFailure::Misdirected), 503);
+        assert_eq!(give_up_status(AttemptFailure::PlainOwner), 503);
     }
 }

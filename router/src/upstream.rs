@@ -14,8 +14,9 @@
 //! request is rarely written into a connection the server is just closing.
 //!
 //! With an upstream TLS configuration (`--upstream-ca`, optionally a client certificate for
-//! mutual TLS) the pools connect through rustls (`hyper-rustls`) and reach `https://` allocators;
-//! `http://` ones are still reached in plain text. Without one, the pools are plain HTTP and no
+//! mutual TLS) the pools connect through rustls (`hyper-rustls`) and reach `https://` allocators
+//! only: an allocator advertising `http://` is refused before anything is sent (fail closed), so
+//! the router's token never crosses in clear text. Without one, the pools are plain HTTP and no
 //! TLS code runs on the request path.
 
 use std::cell::RefCell;
@@ -109,11 +110,16 @@ impl UpstreamClient {
         }
     }
 
-    /// Reach `https://` allocators with `config` (verifying them against its CA, presenting its
-    /// client certificate if it has one); `http://` allocators are still reached in plain text.
+    /// Reach allocators over TLS only, with `config` (verifying them against its CA, presenting
+    /// its client certificate if it has one): an `http://` allocator is never sent to.
     pub fn with_tls(mut self, config: rustls::ClientConfig) -> Self {
         self.tls = Some(config);
         self
+    }
+
+    /// Whether only `https://` allocators are reached ([`UpstreamClient::with_tls`]).
+    pub fn tls_only(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// This thread's pool (a cheap handle: the pool itself is shared by the handle's clones).
@@ -135,11 +141,13 @@ impl UpstreamClient {
                         None => Pooled::Plain(builder.build(connector)),
                         Some(config) => {
                             // The TLS connector wraps the plain one, so https:// URLs are
-                            // not refused by the inner connector's scheme check.
+                            // not refused by the inner connector's scheme check. It refuses
+                            // http:// ones: the forwarder never sends them one (fail closed),
+                            // and this keeps it so for any other caller.
                             connector.enforce_http(false);
                             let https = hyper_rustls::HttpsConnectorBuilder::new()
                                 .with_tls_config(config.clone())
-                                .https_or_http()
+                                .https_only()
                                 .enable_http1()
                                 .wrap_connector(connector);
                             Pooled::Tls(builder.build(https))

@@ -78,6 +78,17 @@ impl AccessError {
         }
     }
 
+    /// Why a request was not authenticated (the `reason` label of the unauthenticated-requests
+    /// counter); `None` for every other refusal.
+    pub fn unauthenticated_reason(&self) -> Option<&'static str> {
+        match self {
+            AccessError::MissingToken => Some("missing_token"),
+            AccessError::MalformedToken => Some("malformed_token"),
+            AccessError::UnknownToken => Some("unknown_token"),
+            _ => None,
+        }
+    }
+
     /// Whether this refusal is one of authentication or authorisation (audited), rather than
     /// of a limit (counted only).
     pub fn is_access_refusal(&self) -> bool {

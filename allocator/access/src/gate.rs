@@ -8,20 +8,21 @@
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use actix_web::http::header::{HeaderMap, AUTHORIZATION};
 use schema::routes::{self, Access, Scope};
-use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_ADMIN, HEADER_CLIENT_POLICY};
 
 use crate::audit;
 use crate::check::{self, BodyCheck};
 use crate::error::AccessError;
 use crate::limits::{ClientLimits, InFlight, Limited};
 use crate::owner::Owner;
+use crate::forwarded::{effective_client, owner, Forwarded};
 use crate::policy::Policy;
 pub use crate::request::Request;
 pub use crate::settings::{Flags, MetricNames, Role, Settings};
-use crate::table::{valid_name, AuthFileError, Client, Scopes, TokenTable};
+use crate::table::{AuthFileError, Client, Scopes, TokenTable};
 
 /// The client name used when authentication is off.
 pub const ANONYMOUS: &str = "anonymous";
@@ -64,6 +65,9 @@ pub struct Gate {
     table: RwLock<Option<Arc<TokenTable>>>,
     limits: ClientLimits,
     metrics: MetricNames,
+    /// Audit lines of unauthenticated refusals, by whole seconds since `started`.
+    unauthenticated_lines: audit::UnauthenticatedBudget,
+    started: Instant,
 }
 
 impl std::fmt::Debug for Gate {
@@ -107,6 +111,8 @@ impl Gate {
             table: RwLock::new(table),
             limits: ClientLimits::default(),
             metrics,
+            unauthenticated_lines: audit::UnauthenticatedBudget::default(),
+            started: Instant::now(),
         })
     }
 
@@ -214,7 +220,22 @@ impl Gate {
             )
             .increment(1);
         }
-        audit::refused(client, request, sku, error);
+        let mut suppressed_before = 0;
+        if let Some(reason) = error.unauthenticated_reason() {
+            metrics::counter!(self.metrics.unauthenticated, "reason" => reason).increment(1);
+            // Anyone can send these, as fast as they like: their lines are capped.
+            let second = self.started.elapsed().as_secs();
+            match self.unauthenticated_lines.take(second) {
+                audit::Sample::Write {
+                    suppressed_before: n,
+                } => suppressed_before = n,
+                audit::Sample::Suppress => {
+                    metrics::counter!(self.metrics.audit_suppressed).increment(1);
+                    return;
+                }
+            }
+        }
+        audit::refused(client, request, sku, error, suppressed_before);
     }
 
     fn decide(&self, request: &Request<'_>) -> Result<Admitted, (String, AccessError)> {
@@ -230,14 +251,19 @@ impl Gate {
                     .clone(),
             ),
         };
+        // Every header a router speaks for its client with, read once, believed only from it.
+        let forwarded = Forwarded::read(self.role, caller.as_ref(), headers);
         if let Some(caller) = &caller {
-            self.authorise(caller, access)
+            self.authorise(caller, forwarded.from_router, access)
                 .map_err(|e| (caller.name.clone(), e))?;
         }
-        let client = self.effective_client(caller.as_ref(), headers);
-        let mut owner = self.owner(caller.as_ref(), &client, headers);
-        let policy = self
-            .policy_for(caller.as_ref(), headers)
+        let client = caller.as_ref().map_or_else(
+            || ANONYMOUS.to_owned(),
+            |caller| effective_client(caller, &forwarded),
+        );
+        let mut owner = owner(caller.as_ref(), &client, &forwarded);
+        let policy = forwarded
+            .policy(caller.as_ref())
             .map_err(|e| (client.clone(), e))?;
         let quotas = policy.as_ref().map(|p| p.hold_quotas()).unwrap_or_default();
         owner.max_held_per_sku = quotas.per_sku;
@@ -274,10 +300,7 @@ impl Gate {
         };
         let admin_write =
             access == Some(Access::Requires(Scope::Admin)) && !method.eq_ignore_ascii_case("GET");
-        let trusted_router = self.role == Role::Allocator
-            && caller
-                .as_ref()
-                .is_none_or(|c| c.scopes.contains(Scope::Router));
+        let trusted_router = forwarded.from_router;
         Ok(Admitted {
             client: Some(client),
             policy,
@@ -289,33 +312,13 @@ impl Gate {
         })
     }
 
-    /// The namespaces and quotas the request is held to: the caller's own line, or on an
-    /// allocator the policy a router forwards for its client. With authentication off an
-    /// allocator takes the forwarded policy from anyone: it can only narrow what an anonymous
-    /// caller may do anyway.
-    fn policy_for(
+    /// `is_router`: an allocator's caller holding the `router` scope ([`Forwarded::from_router`]).
+    fn authorise(
         &self,
-        caller: Option<&Client>,
-        headers: &HeaderMap,
-    ) -> Result<Option<Arc<Policy>>, AccessError> {
-        let forwarded =
-            self.role == Role::Allocator && caller.is_none_or(|c| c.scopes.contains(Scope::Router));
-        if !forwarded {
-            return Ok(caller.and_then(|c| c.policy.clone()));
-        }
-        let Some(value) = headers.get(HEADER_CLIENT_POLICY) else {
-            return Ok(None);
-        };
-        let text = value.to_str().map_err(|_| AccessError::MalformedPolicy {
-            reason: "not visible ASCII".into(),
-        })?;
-        let policy = Policy::parse_options(text)
-            .map_err(|reason| AccessError::MalformedPolicy { reason })?;
-        Ok((!policy.is_empty()).then(|| Arc::new(policy)))
-    }
-
-    fn authorise(&self, caller: &Client, access: Option<Access>) -> Result<(), AccessError> {
-        let is_router = self.role == Role::Allocator && caller.scopes.contains(Scope::Router);
+        caller: &Client,
+        is_router: bool,
+        access: Option<Access>,
+    ) -> Result<(), AccessError> {
         if self.role == Role::Allocator && self.settings.require_router && !is_router {
             return Err(AccessError::RouterRequired {
                 client: caller.name.clone(),
@@ -333,39 +336,6 @@ impl Gate {
         }
     }
 
-    /// The caller's name, or on an allocator the client a router says it forwards for.
-    fn effective_client(&self, caller: Option<&Client>, headers: &HeaderMap) -> String {
-        let Some(caller) = caller else {
-            return ANONYMOUS.to_owned();
-        };
-        if self.role == Role::Allocator && caller.scopes.contains(Scope::Router) {
-            if let Some(name) = named_client(headers) {
-                return name.to_owned();
-            }
-        }
-        caller.name.clone()
-    }
-
-    /// Who the request acts for as an owner: nobody in particular with authentication off; the
-    /// caller itself (`admin` by its own scopes); on an allocator, the client a router names,
-    /// `admin` as the router says ([`HEADER_CLIENT_ADMIN`]).
-    fn owner(&self, caller: Option<&Client>, client: &str, headers: &HeaderMap) -> Owner {
-        let Some(caller) = caller else {
-            return Owner::ANYONE;
-        };
-        let forwarded = self.role == Role::Allocator
-            && caller.scopes.contains(Scope::Router)
-            && named_client(headers).is_some();
-        let admin = if forwarded {
-            headers
-                .get(HEADER_CLIENT_ADMIN)
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
-        } else {
-            caller.scopes.contains(Scope::Admin)
-        };
-        Owner::client(client, admin)
-    }
-
     /// The caller's own override from the auth file (only when the client is the caller itself),
     /// else the service's.
     fn rate_for(&self, caller: Option<&Client>, client: &str) -> Option<(f64, u32)> {
@@ -377,14 +347,6 @@ impl Gate {
             .unwrap_or_else(|| default_burst(rate));
         Some((rate, burst))
     }
-}
-
-/// The client a router names in [`HEADER_CLIENT`], if it is a valid client name.
-fn named_client(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(HEADER_CLIENT)
-        .and_then(|v| v.to_str().ok())
-        .filter(|name| valid_name(name))
 }
 
 /// One second's worth of requests, at least one.

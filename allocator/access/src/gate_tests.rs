@@ -3,7 +3,7 @@
 use super::*;
 use crate::table::hash_hex;
 use actix_web::http::header::{HeaderName, HeaderValue};
-use schema::wire::HEADER_CLIENT_POLICY;
+use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_POLICY};
 use std::io::Write;
 
 const METRICS: MetricNames = MetricNames {
@@ -12,6 +12,8 @@ const METRICS: MetricNames = MetricNames {
     auth_clients: "test_auth_clients",
     quota_refusals: "test_quota_refusals_total",
     tls_reloads: "test_tls_reloads_total",
+    unauthenticated: "test_unauthenticated_requests_total",
+    audit_suppressed: "test_audit_lines_suppressed_total",
 };
 
 /// `admit` as the middleware calls it.
@@ -205,37 +207,6 @@ fn reload_swaps_the_table_and_keeps_it_on_error() {
     let error = gate.reload().unwrap_err().to_string();
     assert!(error.contains(":2:"), "{error}");
     ask(&gate, RESERVE, &headers(Some("t-new"), None)).unwrap();
-}
-
-#[test]
-fn limits_apply_by_client_with_overrides() {
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    writeln!(file, "slow reserve {} rate=1 burst=1", hash_hex(b"t-slow")).unwrap();
-    writeln!(file, "fast reserve {}", hash_hex(b"t-fast")).unwrap();
-    let gate = gate(Role::Router, &file, |s| {
-        // Slow enough that no token comes back while the test runs.
-        s.rate = Some(1.0);
-        s.burst = Some(3);
-    });
-    let slow = headers(Some("t-slow"), None);
-    let fast = headers(Some("t-fast"), None);
-    let ask_at = |h: &HeaderMap| admit_at(&gate, "POST", "/v1/reservations", Some(RESERVE.1), h);
-    ask_at(&slow).unwrap();
-    assert_eq!(
-        ask_at(&slow).unwrap_err(),
-        AccessError::RateLimited {
-            client: "slow".into(),
-            rate: 1.0,
-            retry_after: 1
-        }
-    );
-    for _ in 0..3 {
-        ask_at(&fast).unwrap();
-    }
-    assert!(matches!(
-        ask_at(&fast),
-        Err(AccessError::RateLimited { .. })
-    ));
 }
 
 #[test]
@@ -447,3 +418,6 @@ fn the_owner_is_the_client_and_admin_comes_from_its_scopes_or_its_router() {
     let open = Gate::new(Role::Allocator, Settings::off(), METRICS).unwrap();
     assert_eq!(owner(&open, HeaderMap::new()).unwrap(), Owner::ANYONE);
 }
+
+#[path = "gate_limits_tests.rs"]
+mod limits;

@@ -38,6 +38,7 @@ http_only! {
     pub mod audit;
     mod check;
     pub mod error;
+    mod forwarded;
     pub mod gate;
     pub mod limits;
     pub mod middleware;

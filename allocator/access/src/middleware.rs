@@ -25,6 +25,7 @@ use schema::wire::limits::BODY_MAX_BYTES;
 use crate::audit;
 use crate::check::{audited_ids, path_sku};
 use crate::gate::{Gate, Request, ANONYMOUS};
+use crate::limits::InFlight;
 use crate::owner::Owner;
 use crate::policy::{HoldQuotas, Policy};
 
@@ -34,6 +35,10 @@ struct Current {
     client: String,
     policy: Option<Arc<Policy>>,
     owner: Owner,
+    /// The request's in-flight slot: shared with the work it spawns ([`with_current_client`]),
+    /// so the slot is free only once the answer is ready and every such task has ended, not
+    /// when the client disconnects from work that goes on (an order). Held for its drop only.
+    _slot: Option<Arc<InFlight>>,
 }
 
 tokio::task_local! {
@@ -97,7 +102,8 @@ pub fn owner_visible(stored: Option<&str>) -> bool {
     false
 }
 
-/// Run `future` (spawned for the current request) as the current request's client.
+/// Run `future` (spawned for the current request) as the current request's client, holding
+/// the request's in-flight slot until it ends.
 pub fn with_current_client<F: Future>(future: F) -> impl Future<Output = F::Output> {
     let current = CURRENT.try_with(Clone::clone).ok();
     async move {
@@ -244,19 +250,20 @@ where
                 ids: body.as_deref().map(audited_ids).unwrap_or_default(),
             });
             let call = service.call(request);
+            // The in-flight slot is held until the answer is ready, and by any task the
+            // handler spawned as this client until it ends.
             let response = match admitted.client {
                 Some(client) => {
                     let current = Current {
                         client,
                         policy: admitted.policy,
                         owner: admitted.owner,
+                        _slot: admitted.slot.map(Arc::new),
                     };
                     CURRENT.scope(current, call).await
                 }
                 None => call.await,
             };
-            // The in-flight slot is held until the answer is ready.
-            drop(admitted.slot);
             if let Some(write) = audit {
                 let status = match &response {
                     Ok(response) => response.status().as_u16(),

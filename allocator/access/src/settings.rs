@@ -94,4 +94,10 @@ pub struct MetricNames {
     /// Counter: TLS certificate, key and CA reloads (SIGHUP) by `outcome`: `ok`, `failed` (the
     /// material in force stays).
     pub tls_reloads: &'static str,
+    /// Counter: requests refused `401` by `reason`: `missing_token`, `malformed_token`,
+    /// `unknown_token`; each one, whether or not its audit line was written.
+    pub unauthenticated: &'static str,
+    /// Counter: audit lines of unauthenticated refusals not written because the service's budget
+    /// of [`crate::audit::UNAUTHENTICATED_LINES_PER_SECOND`] was spent.
+    pub audit_suppressed: &'static str,
 }

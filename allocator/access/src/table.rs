@@ -17,9 +17,14 @@
 //! per-client limits for this client; `skus=`, `max_quantity=`, `max_held_per_sku=` and
 //! `max_held_units=` confine it to SKU namespaces and set its quotas ([`crate::policy`]).
 //!
-//! Parsing is strict: a line that does not read exactly as above, an unknown scope, a duplicate
-//! name or hash, or a file without any client is refused with the file and line, because a
-//! half-understood access list is worse than none at all.
+//! A client may be listed on two (or more) lines with different tokens, to rotate its token
+//! without a new name: every token authenticates as that one client (one owner, one quota, one
+//! rate bucket, one in-flight count, all keyed by the name), so its lines must agree on scopes and
+//! options.
+//!
+//! Parsing is strict: a line that does not read exactly as above, an unknown scope, lines of one
+//! name that disagree, a duplicate hash, or a file without any client is refused with the file
+//! and line, because a half-understood access list is worse than none at all.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -245,11 +250,22 @@ impl TokenTable {
             if !policy.is_empty() {
                 client.policy = Some(Arc::new(policy.seal()));
             }
-            if let Some(first) = names.insert(client.name.clone(), line) {
-                return Err(fail(format!(
-                    "client {} is already named on line {first}",
-                    client.name
-                )));
+            // A name on a second line is a second token of the same client (a rotation): one
+            // identity, so the lines must say the same about it.
+            if let Some(&first) = names.get(&client.name) {
+                let (_, earlier) = entries
+                    .iter()
+                    .find(|(_, c)| c.name == client.name)
+                    .expect("every named line has an entry");
+                if *earlier != client {
+                    return Err(fail(format!(
+                        "client {} is also on line {first} with other scopes or options; the \
+                         lines of one client (one per token, for a rotation) must agree on both",
+                        client.name
+                    )));
+                }
+            } else {
+                names.insert(client.name.clone(), line);
             }
             if let Some(first) = hashes.insert(digest, line) {
                 return Err(fail(format!(
@@ -266,16 +282,27 @@ impl TokenTable {
         Ok(TokenTable { entries })
     }
 
+    /// Clients (distinct names; a client listed with two tokens is one).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.names().count()
     }
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// Tokens (lines): more than [`TokenTable::len`] while a client's token is being rotated.
+    pub fn tokens(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Each client's name once, in the order of their first lines.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.entries.iter().map(|(_, c)| c.name.as_str())
+        let mut seen = std::collections::HashSet::new();
+        self.entries
+            .iter()
+            .map(|(_, c)| c.name.as_str())
+            .filter(move |name| seen.insert(*name))
     }
 
     /// The client whose token is `token`.

@@ -90,7 +90,20 @@ fn refusals_name_the_line() {
         (
             format!("a reserve {h}\na admin {}", hash_hex(b"other")),
             2,
-            "already named on line 1",
+            "also on line 1 with other scopes or options",
+        ),
+        (
+            format!("a reserve {h} rate=2\n\na reserve {}", hash_hex(b"other")),
+            3,
+            "also on line 1",
+        ),
+        (
+            format!(
+                "a reserve {h} skus=a:*\na reserve {} skus=b:*",
+                hash_hex(b"other")
+            ),
+            2,
+            "must agree",
         ),
         (
             format!("a reserve {h}\nb admin {h}"),
@@ -166,4 +179,28 @@ fn lookup_finds_every_entry_not_only_the_first() {
             format!("c{i}")
         );
     }
+}
+
+/// Rotating a token without a new name: two lines of one client, two tokens, one identity.
+#[test]
+fn one_client_may_hold_two_tokens_for_a_rotation() {
+    let text = file(&[
+        format!(
+            "shop reserve,admin {} rate=3 skus=acme:* max_held_per_sku=2",
+            hash_hex(TOKEN_A.as_bytes())
+        ),
+        format!("other reserve {}", hash_hex(b"other-token")),
+        format!(
+            "shop reserve,admin {} rate=3 skus=acme:* max_held_per_sku=2  # the new token",
+            hash_hex(TOKEN_B.as_bytes())
+        ),
+    ]);
+    let table = parse(&text).unwrap();
+    let old = table.lookup(TOKEN_A.as_bytes()).unwrap();
+    let new = table.lookup(TOKEN_B.as_bytes()).unwrap();
+    assert_eq!(old, new, "both tokens are the same client");
+    assert_eq!(new.name, "shop");
+    assert_eq!(table.len(), 2, "two clients");
+    assert_eq!(table.tokens(), 3);
+    assert_eq!(table.names().collect::<Vec<_>>(), ["shop", "other"]);
 }

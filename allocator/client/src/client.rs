@@ -96,7 +96,8 @@ impl Builder {
     }
 
     /// TLS for `https://` base URLs, with the caller's roots and, for mutual TLS, identity
-    /// (the services' `access::tls` builds one from PEM files).
+    /// (the services' `access::tls` builds one from PEM files). With it an `http://` base URL is
+    /// refused: the token would cross in clear text.
     #[cfg(feature = "tls")]
     pub fn tls(mut self, config: rustls::ClientConfig) -> Self {
         self.settings.tls = Some(config);
@@ -110,6 +111,12 @@ impl Builder {
             .map_err(|e| BuildError(format!("{base}: not a URL: {e}")))?;
         let tls = cfg!(feature = "tls") && self.tls_configured();
         match uri.scheme_str() {
+            Some("http") if tls => {
+                return Err(BuildError(format!(
+                    "{base}: a TLS configuration needs an https:// URL (http:// would send the \
+                     token in clear text)"
+                )))
+            }
             Some("http") => {}
             Some("https") if tls => {}
             Some("https") => {
@@ -274,6 +281,23 @@ mod tests {
         let https = Client::new("https://host:1").unwrap_err();
         assert!(https.0.contains("tls"), "{https}");
         assert!(Client::builder("http://h:1").token("a\nb").build().is_err());
+    }
+
+    /// With TLS configured the client never speaks plain HTTP, so its token never crosses in
+    /// clear text.
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn a_tls_client_refuses_an_http_url() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let plain = Client::builder("http://h:1")
+            .tls(config.clone())
+            .build()
+            .unwrap_err();
+        assert!(plain.0.contains("clear text"), "{plain}");
+        Client::builder("https://h:1").tls(config).build().unwrap();
     }
 
     #[tokio::test]

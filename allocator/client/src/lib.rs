@@ -71,7 +71,8 @@
 //! HTTP/1.1 through hyper-util's pooled client, with no redirects and no retries but the ones
 //! above; requests are built from a base URL checked once. It is the load generator's client, so
 //! it is kept cheap per request. `https://` base URLs need the `tls` feature and a
-//! `rustls::ClientConfig` (`Builder::tls`).
+//! `rustls::ClientConfig` (`Builder::tls`); a client given one refuses an `http://` base URL, so
+//! its token never crosses in clear text.
 //!
 //! Without the default `http` feature only [`backoff`] is compiled: the services' edge shares it
 //! without linking an HTTP client.

@@ -116,7 +116,7 @@ impl Transport {
             connector.enforce_http(false);
             let https = hyper_rustls::HttpsConnectorBuilder::new()
                 .with_tls_config(config)
-                .https_or_http()
+                .https_only()
                 .enable_http1()
                 .wrap_connector(connector);
             return Transport::Tls(builder.build(https));

@@ -9,6 +9,7 @@ mod cluster;
 mod docs;
 mod inventory;
 pub mod problem;
+pub mod readiness;
 mod reservations;
 
 use std::sync::Arc;
@@ -73,6 +74,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Who may call what (DESIGN.md §9); wraps every route.
     pub access: Arc<access::Gate>,
+    /// `/readyz`'s database check, on a connection of its own.
+    pub readiness: readiness::Readiness,
 }
 
 impl AppState {

@@ -149,9 +149,9 @@ impl Storage {
         })
     }
 
-    /// A pool of its own for one singleton job, so that a job never takes a connection a
-    /// request or a renewal waits for; its waits are bounded like the lease pool's.
-    fn job_pool(
+    /// A pool of its own for one singleton job (or `/readyz`'s check), so that it never takes a
+    /// connection a request or a renewal waits for; its waits are bounded like the lease pool's.
+    pub(super) fn job_pool(
         &self,
         config: &AllocatorConfig,
         timing: LeaseTiming,

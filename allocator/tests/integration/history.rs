@@ -147,7 +147,8 @@ async fn only_admin_reads_the_history_and_bad_pages_are_refused() {
 }
 
 /// At the fenced batch: an adjustment for a client records it (applied or a refused shrink), one
-/// for no client records none, a replay keeps the first owner, and an earlier build's
+/// for no client records none, only its own client replays it (another client, even an admin, is
+/// answered as for an unknown id, V26) and it keeps the first owner, and an earlier build's
 /// nine-argument call of the function still works and records no owner.
 #[tokio::test]
 async fn the_fenced_batch_records_the_adjusting_client() {
@@ -175,6 +176,7 @@ async fn the_fenced_batch_records_the_adjusting_client() {
             },
             adjust("o-shrink", -50, &other),
             adjust("o-stock", 5, &other),
+            adjust("o-stock", 5, &ops),
         ],
     )
     .await
@@ -187,8 +189,13 @@ async fn the_fenced_batch_records_the_adjusting_client() {
         }
     ));
     assert!(matches!(outcomes[2], Outcome::ShrinkRefused { .. }));
+    assert!(
+        matches!(&outcomes[3], Outcome::NotFound { detail } if detail == "adjustment o-stock does not exist"),
+        "{:?}",
+        outcomes[3]
+    );
     assert!(matches!(
-        outcomes[3],
+        outcomes[4],
         Outcome::Adjusted { replayed: true, .. }
     ));
     assert_eq!(

@@ -10,6 +10,10 @@
 //! * `421`, `503`, "no owner in the map", connect errors, timeouts and lost connections refresh the
 //!   map (coalesced, see [`crate::assignment_cache`]), back off with jitter and try again, with the
 //!   *same* request, so the same reservation/adjustment id;
+//! * with upstream TLS configured, an owner advertising a plain `http://` URL is never sent to
+//!   (fail closed: neither the request nor the router's token crosses in clear text); it is
+//!   counted (`router_upstream_plain_refusals_total`) and retried like an unreachable owner, and
+//!   the answer after the deadline is `503 upstream-unavailable` saying why;
 //! * when the retry deadline would be exceeded the router answers `upstream-unavailable` (503, or
 //!   504 after a timeout) with `outcome_unknown` (see [`crate::retry`] for the rule).
 //!
@@ -244,6 +248,12 @@ impl Forwarder {
         timeout: Duration,
     ) -> Result<UpstreamResponse, AttemptFailure> {
         let started = Instant::now();
+        if self.http.tls_only() && !is_https(&destination.owner_url) {
+            // Fail closed: the request (and this router's token) would cross in clear text.
+            metrics::record_plain_owner_refusal();
+            tracing::debug!(partition = destination.partition, owner_id = %destination.owner_id, owner_url = %destination.owner_url, "owner advertises plain http while upstream TLS is configured; not sent");
+            return Err(AttemptFailure::PlainOwner);
+        }
         let result = match self.request(req, destination) {
             Ok(request) => {
                 self.http.send(request, timeout).await.map_err(|e| {
@@ -303,6 +313,12 @@ impl Forwarder {
     }
 }
 
+/// Whether `url` is an `https://` URL (the scheme is case-insensitive).
+fn is_https(url: &str) -> bool {
+    url.get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+}
+
 fn describe(failure: AttemptFailure) -> &'static str {
     match failure {
         AttemptFailure::NoOwner => "no live owner in the assignment map",
@@ -310,7 +326,31 @@ fn describe(failure: AttemptFailure) -> &'static str {
         AttemptFailure::Unavailable => "the partition has no confirmed owner",
         AttemptFailure::Overdue => "the owner accepted the request but did not finish in time",
         AttemptFailure::ConnectFailed => "could not connect to the owner",
+        AttemptFailure::PlainOwner => {
+            "the owner advertises a plain http:// URL and this router reaches allocators over \
+             TLS only (--upstream-ca); nothing was sent"
+        }
         AttemptFailure::Timeout => "the owner did not answer in time",
         AttemptFailure::ConnectionLost => "the connection to the owner broke",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_https_urls_are_https() {
+        for url in ["https://a:1", "HTTPS://a", "Https://x/y"] {
+            assert!(super::is_https(url), "{url}");
+        }
+        for url in [
+            "http://a:1",
+            "",
+            "https:/a",
+            "httpss://a",
+            "ftp://a",
+            "https:",
+        ] {
+            assert!(!super::is_https(url), "{url}");
+        }
     }
 }

@@ -186,7 +186,8 @@ impl OrderStore {
         }
 
         let attempts: i32 = row.get(4);
-        let ids = if attempts > 0 {
+        let stored_owner: Option<&str> = row.get(5);
+        let ids = if attempts > 0 && stored_owner.is_none() {
             bounded(t, line_ids(&tx, order_id, order.lines.len())).await?
         } else {
             LineIds::Namespaced
@@ -251,6 +252,13 @@ impl OrderStore {
 /// The line ids to use for an order earlier attempts left undecided: the form of an earlier
 /// version ([`LineIds::Legacy`]) if that attempt left any reservation under it, so that this
 /// attempt replays and compensates those holds rather than holding the lines a second time.
+///
+/// Only an order without an owner can have been begun under that form: owners were recorded
+/// (`V18__owners.sql`) only by versions that already placed lines under `order:`, so the caller
+/// asks only for orders whose stored owner is `NULL`. Such an order's own lines have no owner
+/// either, so only reservations without an owner count here: a reservation some authenticated
+/// client made under one of those ids (any client may use an id outside `order:`) is never
+/// taken for the order's line, and cannot turn the order to ids that are not its own.
 async fn line_ids(
     tx: &deadpool_postgres::Transaction<'_>,
     order_id: &str,
@@ -261,7 +269,8 @@ async fn line_ids(
         .collect();
     let found: bool = tx
         .query_one(
-            "SELECT EXISTS (SELECT 1 FROM reservations WHERE reservation_id = ANY($1))",
+            "SELECT EXISTS (SELECT 1 FROM reservations \
+                             WHERE reservation_id = ANY($1) AND owner IS NULL)",
             &[&legacy],
         )
         .await?

@@ -14,6 +14,8 @@ mod held_units;
 mod history;
 mod hold_quota;
 mod hostile_input;
+mod in_flight;
+mod isolation;
 mod openapi;
 mod order_lock;
 mod order_races;

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use testkit::{free_port, TestPki};
 
-use crate::common::{balanced, serial, Cluster};
+use crate::common::{balanced, metric, serial, Cluster};
 
 /// A client that trusts the test CA, presenting `identity` if given, reporting the peer's
 /// certificate. A new one opens new connections (a reload shows only on those).
@@ -200,5 +200,61 @@ async fn https_end_to_end_with_mutual_tls_between_router_and_allocator() {
         StatusCode::CONFLICT,
         "a confirmed hold stays confirmed"
     );
+    router.stop().await;
+}
+
+/// With upstream TLS configured, an owner advertising a plain `http://` URL is never sent to:
+/// the router answers `503 upstream-unavailable` (nothing applied) and counts it; neither the
+/// request nor the router's token crosses in clear text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_tls_fails_closed_on_a_plain_http_owner() {
+    let _serial = serial().await;
+    let pki = TestPki::generate().unwrap();
+    let cluster = Cluster::start("tls_plain_owner", 1, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("router-token");
+    std::fs::write(&token_file, "router-token-sent-in-clear-9a8b").unwrap();
+    let router = cluster
+        .router(|c| {
+            c.upstream_tls = Some(ClientTlsSettings {
+                ca: PemFile::new("--upstream-ca", &pki.ca_cert),
+                identity: None,
+            });
+            c.upstream_token_file = Some(token_file.clone());
+            c.retry_deadline = Duration::from_millis(800);
+        })
+        .await;
+    let refusals = "router_upstream_plain_refusals_total";
+    let before = metric(&router.url, refusals).await;
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/reservations", router.url))
+        .json(&json!({"reservation_id": "plain-r1", "sku": "plain-1", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(
+        body["type"],
+        schema::wire::problem_type::UPSTREAM_UNAVAILABLE,
+        "{body}"
+    );
+    assert_eq!(body["outcome_unknown"], false, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("http://"),
+        "the answer says why: {body}"
+    );
+    assert!(metric(&router.url, refusals).await > before);
+    // Nothing reached the allocator.
+    let stored = cluster
+        .db()
+        .await
+        .query_opt(
+            "SELECT status FROM reservations WHERE reservation_id = 'plain-r1'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(stored.is_none(), "the allocator got the request");
     router.stop().await;
 }

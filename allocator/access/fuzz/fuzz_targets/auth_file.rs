@@ -1,6 +1,7 @@
 //! The auth file parser on arbitrary text: it refuses or accepts, never panics, and what it
-//! accepts is consistent: every client's policy survives the trip through the header a router
-//! forwards, and every line's token hash finds its own client only.
+//! accepts is consistent: every client is named once (a name on several lines, a token
+//! rotation, is one client), every client's policy survives the trip through the header a
+//! router forwards, and every line's token hash finds its own client only.
 #![no_main]
 
 use access::table::TokenTable;
@@ -19,7 +20,9 @@ fuzz_target!(|data: &[u8]| {
     let mut unique = names.clone();
     unique.sort_unstable();
     unique.dedup();
-    assert_eq!(unique.len(), names.len(), "duplicate client names accepted");
+    assert_eq!(unique.len(), names.len(), "a client named twice");
+    assert_eq!(names.len(), table.len());
+    assert!(table.tokens() >= table.len());
     for name in names {
         assert!(access::table::valid_name(name), "{name:?}");
     }
