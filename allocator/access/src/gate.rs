@@ -381,4 +381,4 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
 
 #[cfg(test)]
 #[path = "gate_tests.rs"]
-mod tests;
+pub(crate) mod tests;

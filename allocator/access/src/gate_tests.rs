@@ -6,7 +6,8 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_POLICY};
 use std::io::Write;
 
-const METRICS: MetricNames = MetricNames {
+/// Metric names for gates built in tests.
+pub(crate) const METRICS: MetricNames = MetricNames {
     client_requests: "test_client_requests_total",
     auth_reloads: "test_auth_reloads_total",
     auth_clients: "test_auth_clients",

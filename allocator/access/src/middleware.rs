@@ -287,18 +287,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::{MetricNames, Role, Settings};
+    use crate::gate::{Role, Settings};
     use crate::table::hash_hex;
     use actix_web::{test, web, App, HttpResponse};
     use std::io::Write;
 
-    const METRICS: MetricNames = MetricNames {
-        client_requests: "test_client_requests_total",
-        auth_reloads: "test_auth_reloads_total",
-        auth_clients: "test_auth_clients",
-        quota_refusals: "test_quota_refusals_total",
-        tls_reloads: "test_tls_reloads_total",
-    };
+    use crate::gate::tests::METRICS;
 
     /// Without the services' canonical-path edge in front, the gate still takes its decision on
     /// the path actix dispatches on: an escaped letter does not hide the route's scope (before,
