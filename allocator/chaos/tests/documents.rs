@@ -14,6 +14,7 @@
 //! Every tracked `*.md` is read ([`refs::tracked_documents`]); [`refs`] checks links, cited
 //! paths, metric and alert names.
 
+#[path = "documents/refs.rs"]
 mod refs;
 
 use std::collections::{BTreeMap, BTreeSet};

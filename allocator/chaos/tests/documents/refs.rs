@@ -12,7 +12,13 @@ use super::{code_spans, repo_root};
 /// Every tracked Markdown document (`git ls-files`), relative to the repository root.
 pub fn tracked_documents() -> Vec<String> {
     let out = Command::new("git")
-        .args(["ls-files", "--cached", "--others", "--exclude-standard", "*.md"])
+        .args([
+            "ls-files",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+            "*.md",
+        ])
         .current_dir(repo_root())
         .output()
         .expect("git ls-files runs");
@@ -114,10 +120,21 @@ fn every_link_between_documents_resolves() {
             }
         }
     }
-    assert!(broken.is_empty(), "broken links:\n  {}", broken.join("\n  "));
+    assert!(
+        broken.is_empty(),
+        "broken links:\n  {}",
+        broken.join("\n  ")
+    );
 }
 
-const TOP_LEVEL: [&str; 6] = ["allocator/", "router/", "schema/", "loadtest/", "ops/", ".ci/"];
+const TOP_LEVEL: [&str; 6] = [
+    "allocator/",
+    "router/",
+    "schema/",
+    "loadtest/",
+    "ops/",
+    ".ci/",
+];
 
 #[test]
 fn every_repository_path_the_documents_cite_exists() {
@@ -141,7 +158,11 @@ fn every_repository_path_the_documents_cite_exists() {
         }
     }
     let missing: Vec<_> = missing.into_iter().collect();
-    assert!(missing.is_empty(), "cited paths that do not exist:\n  {}", missing.join("\n  "));
+    assert!(
+        missing.is_empty(),
+        "cited paths that do not exist:\n  {}",
+        missing.join("\n  ")
+    );
 }
 
 /// Metric names the services declare (string literals in each service's `metrics.rs`).
@@ -150,7 +171,9 @@ fn declared_metrics() -> BTreeSet<String> {
     for file in ["allocator/src/metrics.rs", "router/src/metrics.rs"] {
         for literal in read(file).split('"').skip(1).step_by(2) {
             if (literal.starts_with("allocator_") || literal.starts_with("router_"))
-                && literal.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && literal
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
             {
                 out.insert(literal.to_owned());
             }
@@ -170,7 +193,10 @@ fn metric_words(text: &str) -> BTreeSet<String> {
             if before.is_some_and(|c| c.is_alphanumeric() || "_/.-:".contains(c)) {
                 continue;
             }
-            let name: String = text[i + prefix.len()..].chars().take_while(|c| is_name(*c)).collect();
+            let name: String = text[i + prefix.len()..]
+                .chars()
+                .take_while(|c| is_name(*c))
+                .collect();
             if name.is_empty() || name.ends_with('_') {
                 continue;
             }
@@ -201,7 +227,9 @@ fn every_metric_and_alert_the_documents_name_exists() {
         if name.ends_with(".yml") && !name.contains("test") {
             let text = std::fs::read_to_string(&path).unwrap();
             alerts.extend(text.lines().filter_map(|l| {
-                l.trim().strip_prefix("- alert: ").map(|a| a.trim().to_owned())
+                l.trim()
+                    .strip_prefix("- alert: ")
+                    .map(|a| a.trim().to_owned())
             }));
         }
     }
@@ -224,7 +252,8 @@ fn every_metric_and_alert_the_documents_name_exists() {
             }
             for word in span.split(|c: char| !c.is_alphanumeric()) {
                 let alert_like = ["Allocator", "Router"].iter().any(|p| {
-                    word.strip_prefix(p).is_some_and(|r| r.starts_with(|c: char| c.is_ascii_uppercase()))
+                    word.strip_prefix(p)
+                        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_uppercase()))
                 });
                 if alert_like && !alerts.contains(word) && word != "AllocatorConfig" {
                     unknown.insert(format!("{name}: alert {word}"));
@@ -233,7 +262,11 @@ fn every_metric_and_alert_the_documents_name_exists() {
         }
     }
     let unknown: Vec<_> = unknown.into_iter().collect();
-    assert!(unknown.is_empty(), "named in the documents, declared nowhere:\n  {}", unknown.join("\n  "));
+    assert!(
+        unknown.is_empty(),
+        "named in the documents, declared nowhere:\n  {}",
+        unknown.join("\n  ")
+    );
 }
 
 #[test]
@@ -243,12 +276,17 @@ fn the_runbook_lists_every_exported_metric() {
         .into_iter()
         .filter(|m| !m.ends_with("_bucket") && !listed.contains(m))
         .collect();
-    assert!(missing.is_empty(), "ops/README.md's metric list misses:\n  {}", missing.join("\n  "));
+    assert!(
+        missing.is_empty(),
+        "ops/README.md's metric list misses:\n  {}",
+        missing.join("\n  ")
+    );
 }
 
 #[test]
 fn anchors_follow_github() {
-    let a = anchors("# A b\n## Shards: partitions over several primaries\n## A b\n```\n# not\n```\n");
+    let a =
+        anchors("# A b\n## Shards: partitions over several primaries\n## A b\n```\n# not\n```\n");
     assert!(a.contains("a-b") && a.contains("a-b-1"));
     assert!(a.contains("shards-partitions-over-several-primaries"));
     assert!(!a.contains("not"));
