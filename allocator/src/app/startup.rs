@@ -331,6 +331,12 @@ pub(super) fn start_jobs(
                 require_relay: config.events.is_some(),
             }
         }),
+        other_shards: config
+            .shards
+            .iter()
+            .filter(|target| target.name != storage.shard.shard)
+            .map(|target| target.url.clone())
+            .collect(),
     };
     let retention_poll = retention.poll_interval();
     let retention_task = singleton::spawn(
