@@ -12,13 +12,16 @@
 #   --faults LIST         comma-separated kinds to draw from (default all): kill, pause,
 #                         partition, latency, pg-restart, redis-restart, clock-skew, router-kill,
 #                         window-change, pg-failover; with --shards also shard-stop,
-#                         shard-crash, shard-freeze, shard-blackhole, shard-move
+#                         shard-crash, shard-freeze, shard-blackhole, shard-move, move-abort,
+#                         move-rerun, move-race, move-killed
 #   --shards N            spread the partitions over N PostgreSQL shards (default 1): the
 #                         catalog shard is the replicated pair, every further shard a server of
 #                         its own, two allocators serve each shard, and the shard faults (a shard
 #                         stopped, crashed, frozen or cut off, a partition moved under load with
-#                         the mover sometimes killed and run again) are drawn too; the checker
-#                         merges the shards' dumps
+#                         the mover sometimes killed and run again; a move stopped after a
+#                         recorded state and aborted or re-run, two movers at once) are drawn
+#                         too; every shard's leases are sampled through the run (leases.jsonl)
+#                         and the checker merges the shards' dumps
 #   --out DIR             where history.jsonl, faults.jsonl, dump.json, summary.json,
 #                         check.json and the process logs go (default
 #                         $CARGO_TARGET_DIR/chaos/seed<N>-<time>, printed)
@@ -80,7 +83,7 @@ if ((negative)); then
     step "build the negative-control allocator"
     # (`--features negative-control` applies to the selected package that has it; the
     # `allocator/negative-control` form would name the allocator's dev-dependency on itself.)
-    cargo build -q -p allocator -p router -p chaos -p loadtest --features negative-control
+    cargo build -q -p allocator -p router -p chaos -p loadtest --features negative-control,fault-hooks
     cp "$bin_dir/allocator" "$bin_dir/allocator-negative-control"
     allocator_bin="$bin_dir/allocator-negative-control"
     # A default binary here would make the control test nothing; its log line only exists in
@@ -89,7 +92,9 @@ if ((negative)); then
         || die "$allocator_bin was not built with the negative-control feature"
 fi
 step "build allocator, router, chaos, loadtest"
-cargo build -q -p allocator -p router -p chaos -p loadtest
+# The allocator with its fault hooks, which stay inert unless their environment variable is set:
+# the move faults stop a mover right after a recorded state (ALLOCATOR_FAULT_MOVE_STOP_AFTER).
+cargo build -q -p allocator -p router -p chaos -p loadtest --features fault-hooks
 
 suffix=""
 label=""

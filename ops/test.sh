@@ -10,8 +10,11 @@
 #   ops/test.sh --chaos         after the tests: a 60 s seeded chaos run that must pass
 #                               (ops/chaos.sh --seed 1 --duration 60) and a 40 s negative control
 #                               that must be caught (ops/chaos.sh --negative-control: the step
-#                               passes when the checker finds the stale-epoch writes); .ci/run
-#                               enables it. CHAOS_SEED and CHAOS_NC_SEED change the seeds.
+#                               passes when the checker finds the stale-epoch writes), then the
+#                               same over two shards, 45 s each (ops/chaos.sh --shards 2, with
+#                               the shard and move faults); .ci/run enables it. CHAOS_SEED,
+#                               CHAOS_NC_SEED, CHAOS_SHARDS_SEED and CHAOS_SHARDS_NC_SEED change
+#                               the seeds.
 #   ops/test.sh --fuzz          after the tests: schemathesis against a live router and allocator
 #                               with tokens, 60 s each (ops/fuzz.sh; FUZZ_MAX_TIME), and the
 #                               cargo-fuzz targets of the auth-file, policy and request parsers,
@@ -200,6 +203,10 @@ if ((chaos)); then
     # build went unnoticed, 2 that the run itself failed.
     # shellcheck disable=SC2016 # expanded by the inner shell
     run chaos-negative-control bash -c 'rc=0; ops/chaos.sh --negative-control --seed "$1" --duration 40 || rc=$?; ((rc == 1))' _ "${CHAOS_NC_SEED:-2}"
+    # The same over two shards: the shard and move faults, the lease samples and their rules.
+    run chaos-shards ops/chaos.sh --shards 2 --seed "${CHAOS_SHARDS_SEED:-3}" --duration 45
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    run chaos-shards-negative-control bash -c 'rc=0; ops/chaos.sh --shards 2 --negative-control --seed "$1" --duration 45 || rc=$?; ((rc == 1))' _ "${CHAOS_SHARDS_NC_SEED:-4}"
 fi
 
 if ((restore_drill)); then

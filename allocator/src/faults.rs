@@ -67,3 +67,16 @@ async fn pause_once(env: &str, paused: &std::sync::atomic::AtomicBool) {
         }
     }
 }
+
+/// Environment variable naming a move state (`fenced`, `copied`, `retired`, `flipped`) after
+/// which `allocator shards move` stops with an error, as a mover killed there would (feature
+/// `fault-hooks`): the chaos run's interrupted moves.
+pub const MOVE_STOP_ENV: &str = "ALLOCATOR_FAULT_MOVE_STOP_AFTER";
+
+/// The state [`MOVE_STOP_ENV`] names; always `None` without the feature.
+pub fn move_stop_after() -> Option<String> {
+    #[cfg(feature = "fault-hooks")]
+    return std::env::var(MOVE_STOP_ENV).ok();
+    #[cfg(not(feature = "fault-hooks"))]
+    None
+}

@@ -318,6 +318,25 @@ impl ChaosCluster {
             .collect())
     }
 
+    /// The moves the catalog records in flight: (partition, target shard).
+    pub async fn moves_in_flight(&self) -> Result<Vec<(u32, String)>> {
+        let rows = self
+            .inner
+            .db()
+            .await?
+            .query(
+                "SELECT partition, to_shard FROM shard_moves
+                  WHERE state NOT IN ('released', 'aborted') ORDER BY partition",
+                &[],
+            )
+            .await
+            .context("reading the moves in flight")?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i32>(0) as u32, r.get(1)))
+            .collect())
+    }
+
     /// A client of every shard, the catalog first, with the partitions the catalog's map gives
     /// it; for a one-database cluster, its database as shard `main` with every partition.
     pub async fn shard_dbs(&self) -> Result<Vec<chaos::shards::ShardDb>> {

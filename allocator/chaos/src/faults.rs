@@ -54,6 +54,14 @@ pub enum Fault {
     ShardBlackhole,
     /// A partition moved to another shard under load, the mover sometimes killed and re-run.
     ShardMove,
+    /// A move stopped after `fenced`, `copied` or `retired`, then aborted (`move_faults`).
+    MoveAbort,
+    /// A move stopped after any state up to `flipped`, then finished by a re-run.
+    MoveRerun,
+    /// Two movers of one partition at once.
+    MoveRace,
+    /// A move stopped between copy and retire, then cancelled with `--abort`.
+    MoveKilled,
 }
 
 impl Fault {
@@ -71,12 +79,16 @@ impl Fault {
     ];
 
     /// The faults of a cluster over several shards (`--shards`), drawn besides [`Fault::ALL`].
-    pub const SHARD: [Fault; 5] = [
+    pub const SHARD: [Fault; 9] = [
         Fault::ShardStop,
         Fault::ShardCrash,
         Fault::ShardFreeze,
         Fault::ShardBlackhole,
         Fault::ShardMove,
+        Fault::MoveAbort,
+        Fault::MoveRerun,
+        Fault::MoveRace,
+        Fault::MoveKilled,
     ];
 
     /// Whether the fault needs more than one shard.
@@ -101,6 +113,10 @@ impl Fault {
             Fault::ShardFreeze => "shard-freeze",
             Fault::ShardBlackhole => "shard-blackhole",
             Fault::ShardMove => "shard-move",
+            Fault::MoveAbort => "move-abort",
+            Fault::MoveRerun => "move-rerun",
+            Fault::MoveRace => "move-race",
+            Fault::MoveKilled => "move-killed",
         }
     }
 }
@@ -299,6 +315,10 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
         Fault::ShardFreeze => crate::shard_faults::freeze(cluster, rng).await?,
         Fault::ShardBlackhole => crate::shard_faults::blackhole(cluster, rng).await?,
         Fault::ShardMove => crate::shard_faults::move_partition(cluster, rng).await?,
+        Fault::MoveAbort => crate::move_faults::abort(cluster, rng, false).await?,
+        Fault::MoveRerun => crate::move_faults::rerun(cluster, rng).await?,
+        Fault::MoveRace => crate::move_faults::race(cluster, rng).await?,
+        Fault::MoveKilled => crate::move_faults::abort(cluster, rng, true).await?,
     })
 }
 

@@ -12,6 +12,8 @@ mod cluster;
 mod consumer;
 mod faults;
 mod history;
+mod lease_sampler;
+mod move_faults;
 mod replicas;
 mod shard_faults;
 mod tokens;
@@ -265,6 +267,19 @@ async fn main() -> Result<()> {
             .clone()
             .restocker(args.seed.wrapping_add(7), stop.clone()),
     ));
+    // Over several shards, every shard's leases are sampled for the `two-lease-holders` rule.
+    let sampler = (args.shards > 1)
+        .then(|| -> Result<_> {
+            let log = Arc::new(JsonLines::create(&out.join("leases.jsonl"))?);
+            let task = tokio::spawn(lease_sampler::run(
+                cluster.shard_urls(),
+                clock,
+                log.clone(),
+                stop.clone(),
+            ));
+            Ok((task, log))
+        })
+        .transpose()?;
     let load_start = Instant::now();
     let stop_at = load_start + Duration::from_secs(args.duration);
     let schedule = faults::run_schedule(
@@ -284,6 +299,14 @@ async fn main() -> Result<()> {
         let _ = task.await;
     }
     let load_seconds = load_start.elapsed().as_secs_f64();
+    let lease_rounds = match sampler {
+        Some((task, log)) => {
+            let rounds = task.await.unwrap_or_default();
+            log.flush()?;
+            rounds
+        }
+        None => 0,
+    };
     cluster.heal()?;
     let injected = schedule?;
     history.flush()?;
@@ -309,6 +332,7 @@ async fn main() -> Result<()> {
         "negative_control": args.negative_control,
         "fault_kinds": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
         "faults_injected": injected,
+        "lease_sample_rounds": lease_rounds,
         "rss_kib": rss,
     });
     std::fs::write(

@@ -107,6 +107,7 @@ fn serving(cluster: &Cluster, index: usize) -> Vec<String> {
 /// `shard-move`: moves a random partition to another shard with `allocator shards move` while
 /// the load runs; half the time the mover is SIGKILLed part-way and run again until it finishes.
 pub async fn move_partition(cluster: &mut Cluster, rng: &mut StdRng) -> Result<(String, String)> {
+    crate::move_faults::finish_leftovers(cluster).await?;
     let partition = rng.random_range(0..PARTITIONS);
     let map = cluster.shard_map().await?;
     let from = map

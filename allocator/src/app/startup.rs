@@ -284,8 +284,10 @@ pub(super) fn start_jobs(
             interval: events.interval,
             settlement: schema::events::Stream::settlement_of(&storage.shard),
         });
+    let shard = storage.shard.shard.to_string();
     let job_settings = |poll_interval| JobSettings {
         holder_id: config.replica_id.clone(),
+        shard: shard.clone(),
         poll_interval,
         campaign_interval: config.campaign_interval,
         timing,
@@ -313,6 +315,7 @@ pub(super) fn start_jobs(
             holder_id: config.replica_id.clone(),
             window: config.settlement_window,
             grace: config.settlement_grace,
+            shard: shard.clone(),
         }),
         job_settings(config.settlement_window.min(Duration::from_secs(1))),
         settlement_pool,
@@ -337,6 +340,7 @@ pub(super) fn start_jobs(
             .filter(|target| target.name != storage.shard.shard)
             .map(|target| target.url.clone())
             .collect(),
+        shard: shard.clone(),
     };
     let retention_poll = retention.poll_interval();
     let retention_task = singleton::spawn(

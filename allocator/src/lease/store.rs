@@ -69,7 +69,7 @@ pub async fn acquire<C: GenericClient>(
             // A plain UPDATE of these non-key columns would not conflict with the fence.
             "WITH target AS (
                  SELECT name, expires_at AS vacant_since FROM leases
-                  WHERE name = $1
+                  WHERE name = $1 AND NOT moving_in
                     AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
                     FOR UPDATE)
              UPDATE leases AS l
@@ -198,6 +198,10 @@ pub async fn release_dropped<C: GenericClient>(
 }
 
 /// What one campaign round learns from the database in a single round trip.
+///
+/// A lease row a move is bringing in (`moving_in`, V28) is not yet the shard's: it is neither
+/// counted nor free, even after the mover's lease expires, so an interrupted move never lets
+/// this shard's allocators serve or sweep a copy the catalog's map does not give it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CampaignView {
     pub live_replicas: u32,
@@ -231,10 +235,11 @@ pub async fn heartbeat_and_view<C: GenericClient>(
     let row = client
         .query_one(
             "SELECT (SELECT count(*) FROM replicas WHERE expires_at > now()),
-                    (SELECT count(*)::int FROM leases WHERE partition IS NOT NULL),
+                    (SELECT count(*)::int FROM leases
+                      WHERE partition IS NOT NULL AND NOT moving_in),
                     (SELECT coalesce(array_agg(partition ORDER BY partition), '{}')
                        FROM leases
-                      WHERE partition IS NOT NULL
+                      WHERE partition IS NOT NULL AND NOT moving_in
                         AND (holder_id IS NULL OR expires_at <= now())),
                     (SELECT coalesce(array_agg(partition ORDER BY partition), '{}')
                        FROM leases

@@ -52,6 +52,8 @@ pub struct RetentionSettings {
     /// The URLs of the cluster's other shards (`--shard`), whose order lines an order stored
     /// here waits for ([`orders`]); empty for one database.
     pub other_shards: Vec<String>,
+    /// The shard whose rows it removes and archives: the `shard` label of its metrics.
+    pub shard: String,
 }
 
 impl RetentionSettings {
@@ -104,7 +106,7 @@ impl Retention {
             Ok(Archived::Done(p)) => {
                 metrics::counter!(m::LEDGER_ARCHIVED_PARTITIONS).increment(1);
                 metrics::counter!(m::LEDGER_ARCHIVED_ROWS).increment(p.rows as u64);
-                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "archived").increment(1);
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.settings.shard.clone(), "outcome" => "archived").increment(1);
                 tracing::info!(job = JOB, term, partition = %p.name, rows = p.rows,
                     file = %p.file.display(), sha256 = %p.sha256, "ledger partition archived");
                 Step::More
@@ -115,12 +117,12 @@ impl Retention {
             }
             Ok(Archived::Nothing) => Step::Idle,
             Ok(Archived::Fenced) => {
-                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "stale_term")
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.settings.shard.clone(), "outcome" => "stale_term")
                     .increment(1);
                 Step::Fenced
             }
             Err(error) => {
-                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "failed").increment(1);
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.settings.shard.clone(), "outcome" => "failed").increment(1);
                 tracing::warn!(
                     job = JOB,
                     term,
@@ -216,13 +218,13 @@ impl Routine for Retention {
             };
             match result {
                 Ok(r) if r.fenced => {
-                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "stale_term")
+                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.settings.shard.clone(), "outcome" => "stale_term")
                         .increment(1);
                     return Step::Fenced;
                 }
                 Ok(r) => {
                     metrics::counter!(m::RETENTION_REMOVED, "table" => table).increment(r.rows);
-                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "removed")
+                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.settings.shard.clone(), "outcome" => "removed")
                         .increment(1);
                     if r.rows >= s.batch as u64 {
                         full = true;
@@ -231,7 +233,7 @@ impl Routine for Retention {
                     }
                 }
                 Err(error) => {
-                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "failed")
+                    metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.settings.shard.clone(), "outcome" => "failed")
                         .increment(1);
                     tracing::warn!(
                         job = JOB,

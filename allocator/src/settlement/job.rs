@@ -25,6 +25,8 @@ pub struct SettlementSettings {
     /// transaction's start and may commit that much later.
     pub grace: Duration,
     pub holder_id: String,
+    /// The shard whose rows it settles: the `shard` label of its metrics.
+    pub shard: String,
 }
 
 /// The settlement work; its lease is `job/settlement`.
@@ -32,21 +34,22 @@ pub struct Settlement(SettlementSettings);
 
 impl Settlement {
     pub fn new(settings: SettlementSettings) -> Self {
-        metrics::gauge!(m::JOB_WINDOW_SECONDS, "job" => JOB).set(settings.window.as_secs_f64());
+        metrics::gauge!(m::JOB_WINDOW_SECONDS, "job" => JOB, "shard" => settings.shard.clone())
+            .set(settings.window.as_secs_f64());
         Self(settings)
     }
 
-    fn step_failed(term: i64, failure: Failure) -> Step {
+    fn step_failed(&self, term: i64, failure: Failure) -> Step {
         match failure {
             Failure::StaleTerm(error) => {
-                metrics::counter!(m::JOB_STALE_TERM_REJECTIONS, "job" => JOB).increment(1);
-                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "stale_term")
+                metrics::counter!(m::JOB_STALE_TERM_REJECTIONS, "job" => JOB, "shard" => self.0.shard.clone()).increment(1);
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.0.shard.clone(), "outcome" => "stale_term")
                     .increment(1);
                 tracing::warn!(job = JOB, term, %error, "settlement write refused: stale term");
                 Step::Fenced
             }
             Failure::Other(error) => {
-                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "failed").increment(1);
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.0.shard.clone(), "outcome" => "failed").increment(1);
                 tracing::warn!(job = JOB, term, %error, "settlement step failed");
                 Step::Idle
             }
@@ -59,12 +62,12 @@ impl Settlement {
         let window = match db.claim_next(&s.holder_id, term, s.window, s.grace).await {
             Ok(Some(window)) => window,
             Ok(None) => return Step::Idle,
-            Err(failure) => return Self::step_failed(term, failure),
+            Err(failure) => return self.step_failed(term, failure),
         };
         crate::faults::before_settle().await;
         match db.settle(term, window.start).await {
             Ok(Some(settled)) => {
-                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "settled").increment(1);
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.0.shard.clone(), "outcome" => "settled").increment(1);
                 tracing::info!(
                     job = JOB,
                     term,
@@ -77,12 +80,12 @@ impl Settlement {
             }
             Ok(None) => {
                 // Settled meanwhile; only a newer term could have done that.
-                metrics::counter!(m::JOB_RUNS, "job" => JOB, "outcome" => "taken_over")
+                metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.0.shard.clone(), "outcome" => "taken_over")
                     .increment(1);
                 tracing::warn!(job = JOB, term, window_start = %window.start, "settlement window settled by a newer term");
                 Step::Fenced
             }
-            Err(failure) => Self::step_failed(term, failure),
+            Err(failure) => self.step_failed(term, failure),
         }
     }
 }
@@ -159,7 +162,8 @@ impl Routine for Settlement {
     /// Every replica reports the lag, so an alert does not depend on which one holds the job.
     async fn observe(&self, client: &tokio_postgres::Client) {
         if let Ok(lag) = schema::settlement::read_lag(client).await {
-            metrics::gauge!(m::JOB_WINDOW_LAG, "job" => JOB).set(lag);
+            metrics::gauge!(m::JOB_WINDOW_LAG, "job" => JOB, "shard" => self.0.shard.clone())
+                .set(lag);
         }
     }
 

@@ -147,6 +147,7 @@ fn job(window: Duration) -> Settlement {
         window,
         grace: GRACE,
         holder_id: "replica-a".into(),
+        shard: "main".into(),
     })
 }
 

@@ -13,7 +13,10 @@ use schema::{InitOptions, MigrationReport, ShardRole};
 
 mod moving;
 
-pub use moving::{move_partition, Moved, MOVE_LEASE};
+pub use moving::{
+    abort_move, in_flight, move_partition, move_partition_with, Aborted, MoveOptions, MoveRecord,
+    MoveState, Moved, MOVE_LEASE,
+};
 
 /// `allocator migrate`: every shard of the cluster, or its one database.
 #[derive(Debug, Clone, Args)]
@@ -43,15 +46,28 @@ pub struct ShardsArgs {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum ShardsCommand {
-    /// Move one partition to another shard under a fence (safe under load; run it again to
-    /// finish a move that was interrupted).
+    /// Move one partition to another shard under a fence (safe under load). A move that was
+    /// interrupted is finished by running it again, or given back to its source with --abort.
     Move {
         #[arg(long)]
         partition: u32,
         /// The shard to move it to.
+        #[arg(long, required_unless_present = "abort", conflicts_with = "abort")]
+        to: Option<ShardName>,
+        /// Give the partition's move in flight back to its source (any state before the flip).
         #[arg(long)]
-        to: ShardName,
+        abort: bool,
+        /// The cluster runs no event relay: do not wait for the source's relay to publish the
+        /// rows the target would fold into archived totals.
+        #[arg(long)]
+        no_event_relay: bool,
         /// Every shard as `NAME=URL`, the catalog first (as for `allocator migrate`).
+        #[arg(long = "shard", value_name = "NAME=URL", required = true)]
+        shards: Vec<ShardTarget>,
+    },
+    /// The catalog's shard map per shard and the moves in flight.
+    Status {
+        /// Every shard as `NAME=URL`, the catalog first (only the catalog is read).
         #[arg(long = "shard", value_name = "NAME=URL", required = true)]
         shards: Vec<ShardTarget>,
     },
@@ -62,21 +78,81 @@ pub async fn run(args: ShardsArgs) -> anyhow::Result<()> {
     match args.command {
         ShardsCommand::Move {
             partition,
-            to,
+            abort: true,
             shards,
+            ..
         } => {
-            let moved = move_partition(&shards, partition, &to).await?;
+            let aborted = abort_move(&shards, partition).await?;
+            tracing::info!(?aborted, "move aborted");
+            println!(
+                "partition {} back on shard {} (the move was {})",
+                aborted.partition, aborted.source, aborted.was
+            );
+            Ok(())
+        }
+        ShardsCommand::Move {
+            partition,
+            to,
+            no_event_relay,
+            shards,
+            ..
+        } => {
+            let to = to.ok_or_else(|| anyhow::anyhow!("give --to or --abort"))?;
+            let mut options = MoveOptions::default();
+            if no_event_relay {
+                options.relay_wait = None;
+            }
+            let moved = move_partition_with(&shards, partition, &to, &options).await?;
             tracing::info!(?moved, "partition moved");
             println!(
-                "partition {} on shard {} (from {}; {} ledger rows copied, {} carried in archived \
-                 totals; map revision {})",
+                "partition {} on shard {} (from {}, attempt {}; {} ledger rows copied, {} carried \
+                 in archived totals; map revision {})",
                 moved.partition,
                 moved.to,
                 moved.from,
+                moved.attempt,
                 moved.ledger_rows,
                 moved.ledger_rows_folded,
                 moved.map_revision
             );
+            Ok(())
+        }
+        ShardsCommand::Status { shards } => {
+            let catalog = crate::sessions::connect(&shards[0].url).await?;
+            let map = shard::store::read_map(&catalog)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("the first --shard holds no shard map"))?;
+            println!("map revision {}", map.revision);
+            for (index, name) in map.shards().iter().enumerate() {
+                let held: Vec<String> = (0..map.partition_count())
+                    .filter(|p| map.shard_index(*p) == Some(index))
+                    .map(|p| p.to_string())
+                    .collect();
+                println!(
+                    "shard {name}: {} partitions [{}]",
+                    held.len(),
+                    held.join(" ")
+                );
+            }
+            let moves = in_flight(&catalog).await?;
+            println!("moves in flight: {}", moves.len());
+            for m in moves {
+                println!(
+                    "partition {} {} -> {}: {} (attempt {}, {}, {}, last step {:.0} s ago)",
+                    m.partition,
+                    m.from,
+                    m.to,
+                    m.state,
+                    m.attempt,
+                    m.holder,
+                    if m.claimed {
+                        "a mover is at work"
+                    } else {
+                        "no mover"
+                    },
+                    m.idle_secs
+                );
+            }
             Ok(())
         }
     }

@@ -61,6 +61,8 @@ pub trait Routine: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct JobSettings {
     pub holder_id: String,
+    /// The shard the job works on: the `shard` label of its metrics (each shard runs its own).
+    pub shard: String,
     /// How often the runner observes and looks for work.
     pub poll_interval: Duration,
     pub campaign_interval: Duration,
@@ -106,7 +108,8 @@ pub fn spawn_with<W: Routine>(
     companion: Option<Companion>,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
-    metrics::gauge!(m::JOB_LEADER, "job" => work.name()).set(0.0);
+    metrics::gauge!(m::JOB_LEADER, "job" => work.name(), "shard" => settings.shard.clone())
+        .set(0.0);
     let job = Arc::new(Job {
         work,
         settings,
@@ -168,7 +171,7 @@ impl<W: Routine> Job<W> {
             cause = cause.as_str(),
             "job lease lost"
         );
-        metrics::gauge!(m::JOB_LEADER, "job" => self.name()).set(0.0);
+        metrics::gauge!(m::JOB_LEADER, "job" => self.name(), "shard" => self.settings.shard.clone()).set(0.0);
     }
 
     fn jittered_campaign(&self) -> Duration {
@@ -214,8 +217,8 @@ impl<W: Routine> Job<W> {
         match attempt {
             Ok(Ok(Some(term))) => {
                 self.set_state(LeaseState::on_acquired(timing, t0, term));
-                metrics::gauge!(m::JOB_LEADER, "job" => self.name()).set(1.0);
-                metrics::gauge!(m::JOB_TERM, "job" => self.name()).set(term as f64);
+                metrics::gauge!(m::JOB_LEADER, "job" => self.name(), "shard" => self.settings.shard.clone()).set(1.0);
+                metrics::gauge!(m::JOB_TERM, "job" => self.name(), "shard" => self.settings.shard.clone()).set(term as f64);
                 tracing::info!(job = self.name(), term, "job lease acquired");
             }
             Ok(Ok(None)) => {}
@@ -333,7 +336,7 @@ impl<W: Routine> Job<W> {
             return;
         };
         self.set_state(LeaseState::NotHeld);
-        metrics::gauge!(m::JOB_LEADER, "job" => self.name()).set(0.0);
+        metrics::gauge!(m::JOB_LEADER, "job" => self.name(), "shard" => self.settings.shard.clone()).set(0.0);
         let released = tokio::time::timeout(self.settings.timing.renew_interval, async {
             let client = self.pool.get().await.ok()?;
             store::release(&**client, self.work.lease(), &self.settings.holder_id, term)

@@ -35,7 +35,7 @@ async fn migrated_two_shards() -> (String, String) {
 }
 
 /// A replica relaying to `redis_url` with one-second settlement windows.
-fn relay_on(mut config: AllocatorConfig, redis_url: &str) -> AllocatorConfig {
+pub(crate) fn relay_on(mut config: AllocatorConfig, redis_url: &str) -> AllocatorConfig {
     config.redis_url = Some(redis_url.to_owned());
     config.events = Some(EventsConfig {
         batch: 100.try_into().unwrap(),

@@ -41,6 +41,8 @@ mod retention_support;
 mod settlement;
 mod settlement_support;
 mod settlement_takeover;
+mod shard_move_events;
+mod shard_move_states;
 mod shard_moves;
 mod shard_moves_archived;
 mod shards;

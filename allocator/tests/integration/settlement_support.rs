@@ -306,7 +306,7 @@ pub(crate) async fn assert_settled_exactly_once(db: &str) -> i64 {
 }
 
 /// The settlement job's leader gauge; the retention job has one too, which a replica may hold.
-pub(crate) const SETTLEMENT_LEADER: &str = "allocator_job_leader{job=\"settlement\"}";
+pub(crate) const SETTLEMENT_LEADER: &str = "allocator_job_leader{job=\"settlement\",";
 
 /// Scrape one replica's metric value (sum over label sets matching `prefix`).
 pub(crate) async fn metric(url: &str, prefix: &str) -> f64 {

@@ -39,7 +39,7 @@ async fn now(db: &tokio_postgres::Client) -> DateTime<Utc> {
 
 /// Archive every ledger partition of `db` that ends by `before`, waiting for settlement to pass
 /// each; returns how many went.
-async fn archive_through(db: &tokio_postgres::Client, before: DateTime<Utc>) -> usize {
+pub(crate) async fn archive_through(db: &tokio_postgres::Client, before: DateTime<Utc>) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let settings = ArchiveSettings {
         dir: dir.path().to_path_buf(),
@@ -73,7 +73,12 @@ async fn move_to(
     to: &ShardName,
     problems: &mut Vec<String>,
 ) -> Option<allocator::shard::Moved> {
-    match allocator::shard::move_partition(shards, MOVED, to).await {
+    // These replicas run no event relay: nothing to wait for before folding rows.
+    let options = allocator::shard::MoveOptions {
+        relay_wait: None,
+        ..Default::default()
+    };
+    match allocator::shard::move_partition_with(shards, MOVED, to, &options).await {
         Ok(moved) => Some(moved),
         Err(e) => {
             problems.push(format!("the move to {to} failed: {e:#}"));

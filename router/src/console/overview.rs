@@ -14,7 +14,9 @@
 //! shard's allocators register there), within the one timeout, and merged: partitions in order,
 //! replicas by id, `revision` the highest over the shards (not comparable between shards, a
 //! summary). Any shard that does not answer makes the page a `503` rather than a map with holes.
-//! The settlement job shown is the catalog shard's only.
+//! `settlement` is the catalog shard's job; `shards` lists every shard with the partitions the
+//! catalog's map places on it (as this router routes) and its own settlement job, or why that
+//! could not be read — each shard runs its own, and one that is stuck must show.
 
 use std::time::Instant;
 
@@ -28,7 +30,7 @@ use super::traffic::{Traffic, TrafficSnapshot};
 use crate::db::{self, DbError};
 use crate::error::RouterError;
 use crate::state::AppState;
-use schema::wire::{PartitionAssignment, SettlementStatus};
+use schema::wire::{PartitionAssignment, SettlementStatus, ShardSettlement, ShardSettlementRead};
 
 /// The answer; documented as `ClusterOverview` in the API document.
 #[derive(Debug, Serialize)]
@@ -41,7 +43,20 @@ pub struct Overview {
     pub partitions: Vec<PartitionAssignment>,
     pub replicas: Vec<Replica>,
     pub settlement: Option<SettlementStatus>,
+    /// Every shard, the catalog first.
+    pub shards: Vec<ShardOverview>,
     pub traffic: TrafficSnapshot,
+}
+
+/// One shard in the overview; documented as `ClusterOverviewShard`.
+#[derive(Debug, Serialize)]
+pub struct ShardOverview {
+    /// Its name and its settlement job, or its name and why the job could not be read.
+    #[serde(flatten)]
+    pub settlement: ShardSettlement,
+    /// The partitions the catalog's map places on it, as this router's cache has the map
+    /// (empty before the cache's first load).
+    pub partitions: Vec<u32>,
 }
 
 /// A registered allocator replica.
@@ -63,7 +78,7 @@ pub async fn overview(
     state: web::Data<AppState>,
     traffic: web::Data<Traffic>,
 ) -> Result<HttpResponse, RouterError> {
-    let (map, mut replicas, settlement) = db::bounded(state.db_timeout, async {
+    let (map, mut replicas, settlement_jobs) = db::bounded(state.db_timeout, async {
         let reads = state
             .pools
             .iter()
@@ -72,36 +87,51 @@ pub async fn overview(
                 let client = pool.get().await?;
                 let map = schema::assignment::read_map(&**client).await?;
                 let replicas = read_replicas(&**client).await?;
-                // The catalog's settlement job only (see the module's doc).
-                let settlement = if index == 0 {
-                    match schema::settlement::read_status(&**client).await {
-                        Ok(status) => Some(status),
-                        Err(e) => {
-                            tracing::debug!(error = %e, "no settlement job status");
-                            None
-                        }
-                    }
-                } else {
-                    None
-                };
+                let settlement = schema::settlement::read_status(&**client)
+                    .await
+                    .map_err(|e| {
+                        tracing::debug!(shard = index, error = %e, "no settlement job status");
+                        e.to_string()
+                    });
                 Ok::<_, DbError>((map, replicas, settlement))
             });
         // Never empty: a configuration names at least one shard.
         let mut shards = futures::future::try_join_all(reads).await?.into_iter();
-        let (mut map, mut replicas, settlement) = shards
+        let (mut map, mut replicas, first) = shards
             .next()
             .ok_or_else(|| DbError::Timeout(state.db_timeout))?;
-        for (other, more, _) in shards {
+        let mut jobs = vec![first];
+        for (other, more, job) in shards {
             map.revision = map.revision.max(other.revision);
             map.partitions.extend(other.partitions);
             replicas.extend(more);
+            jobs.push(job);
         }
         map.partitions.sort_by_key(|p| p.partition);
         replicas.sort_by(|a, b| a.replica_id.cmp(&b.replica_id));
-        Ok::<_, DbError>((map, replicas, settlement))
+        Ok::<_, DbError>((map, replicas, jobs))
     })
     .await
     .map_err(|e| RouterError::Storage(e.to_string()))?;
+    // The catalog's job at the top level (`null` when it cannot be read), every shard's listed.
+    let settlement = settlement_jobs
+        .first()
+        .and_then(|job| job.as_ref().ok().cloned());
+    let shards = state
+        .shard_names
+        .iter()
+        .zip(settlement_reads(settlement_jobs))
+        .enumerate()
+        .map(|(index, (name, status))| ShardOverview {
+            settlement: ShardSettlement {
+                name: name.to_string(),
+                status,
+            },
+            partitions: (0..map.partition_count)
+                .filter(|p| state.cache.shard_of(*p) == Some(index))
+                .collect(),
+        })
+        .collect();
     for replica in &mut replicas {
         replica.partitions_owned = map
             .partitions
@@ -116,6 +146,7 @@ pub async fn overview(
         partitions: map.partitions,
         replicas,
         settlement,
+        shards,
         traffic: traffic.snapshot(Instant::now()),
     };
     Ok(HttpResponse::Ok()
@@ -148,4 +179,14 @@ async fn read_replicas<C: GenericClient>(
             partitions_owned: 0,
         })
         .collect())
+}
+
+/// Each shard's settlement read as the overview lists it.
+fn settlement_reads(
+    jobs: Vec<Result<SettlementStatus, String>>,
+) -> impl Iterator<Item = ShardSettlementRead> {
+    jobs.into_iter().map(|job| match job {
+        Ok(status) => ShardSettlementRead::Status(status),
+        Err(error) => ShardSettlementRead::Unreadable { error },
+    })
 }

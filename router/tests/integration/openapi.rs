@@ -172,5 +172,11 @@ async fn the_router_serves_its_own_document_pages_and_overview() {
         "the API requests are counted: {}",
         overview["traffic"]
     );
+    // One database is the one shard `main`: every partition, and its settlement job.
+    let shards = overview["shards"].as_array().expect("shards");
+    assert_eq!(shards.len(), 1, "{shards:?}");
+    assert_eq!(shards[0]["name"], "main");
+    assert_eq!(shards[0]["partitions"], json!([0, 1, 2, 3]));
+    assert!(shards[0]["term"].is_i64(), "{}", shards[0]);
     router.stop().await;
 }

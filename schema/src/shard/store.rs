@@ -9,13 +9,14 @@ fn name(raw: String) -> Result<ShardName, SchemaError> {
     raw.parse().map_err(SchemaError::Shard)
 }
 
-/// This database's own record, or `None` before `allocator migrate` gave it one.
+/// This database's own record, or `None` before `allocator migrate` gave it one. A lease row a
+/// move is still bringing in (`moving_in`, V28) is not yet one of its partitions.
 pub async fn read_record<C: GenericClient>(client: &C) -> Result<Option<ShardRecord>, SchemaError> {
     let row = client
         .query_opt(
             "SELECT shard, catalog,
                     (SELECT coalesce(array_agg(partition ORDER BY partition), '{}')
-                       FROM leases WHERE partition IS NOT NULL)
+                       FROM leases WHERE partition IS NOT NULL AND NOT moving_in)
                FROM shard_identity",
             &[],
         )

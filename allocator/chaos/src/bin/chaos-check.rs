@@ -2,7 +2,8 @@
 //!
 //! Reads `DIR/history.jsonl`, `DIR/dump.json` (or, for a run over several shards,
 //! `DIR/shards.json` and the `DIR/dump-<shard>.json` it names, merged) and, when the run had a change-event consumer,
-//! `DIR/events.jsonl` with `DIR/events.heads.json` (and, for the table only, `DIR/faults.jsonl` and `DIR/summary.json`),
+//! `DIR/events.jsonl` with `DIR/events.heads.json`, over several shards `DIR/leases.jsonl` (the
+//! harness's lease samples) and, for the table only, `DIR/faults.jsonl` and `DIR/summary.json`;
 //! prints the operations, faults, memory and violations table, writes `DIR/check.json`
 //! (violations per rule) and exits 1 when any rule found a violation, 2 when the input could not
 //! be read.
@@ -11,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use chaos::check::{check, shards, Delivery, Dump, Op};
+use chaos::check::{check, shards, Delivery, Dump, LeaseRound, Op};
 use serde_json::Value;
 
 fn read_jsonl(path: &Path) -> Result<Vec<Value>, String> {
@@ -51,6 +52,14 @@ fn run(dir: &Path) -> Result<bool, String> {
             .map(Delivery::from_json)
             .collect::<Result<_, _>>()?;
         dump.deliveries = Some(deliveries);
+    }
+    let leases = dir.join("leases.jsonl");
+    if leases.is_file() {
+        let rounds = read_jsonl(&leases)?
+            .iter()
+            .map(LeaseRound::from_json)
+            .collect::<Result<_, _>>()?;
+        dump.lease_samples = Some(rounds);
     }
     let heads = dir.join("events.heads.json");
     if heads.is_file() {

@@ -183,8 +183,12 @@ pub struct Dump {
     pub shard_settlement: Vec<(String, Dump)>,
     /// Over several shards, the ledger rows each shard keeps of partitions it no longer holds
     /// (a move's source): no owner may have written them under a superseded epoch either, so the
-    /// `stale-epoch-write` rule judges them too; no other rule reads them.
+    /// `stale-epoch-write` rule judges them too, and `stream-position-forked` compares them
+    /// with the holder's rows.
     pub foreign_ledger: Vec<LedgerRow>,
+    /// The harness's samples of every shard's partition leases during the run (`leases.jsonl`);
+    /// `None` when it took none.
+    pub lease_samples: Option<Vec<super::LeaseRound>>,
 }
 
 /// One change event as the run's consumer received it.

@@ -24,6 +24,8 @@
 //! | `order-atomicity` | an order answered `2xx` or stored `placed` with a line it never held (or held under another request's payload); an order answered `409`/`422`/any `4xx` or stored `failed`/`refused` with a line still held or confirmed, a hold not given back, or given back only after the answer; answers that contradict the stored decision |
 //! | `orphan-held-line` | a hold at the end under an order's line id whose order is absent, `failed` or `refused`, or stores another payload for that line |
 //! | `settlement-exactness` | a confirmation inside the settled range in no settled window or in more than one; a window's per-SKU totals that differ from the ledger's confirmations in it; a run's totals that differ from its rows |
+//! | `two-lease-holders` | in a round of the harness's lease samples (`leases.jsonl`, every shard read twice), one partition held unexpired, with the same holder and epoch in both reads, on two shards (a lease row a move is bringing in is not sampled) |
+//! | `stream-position-forked` | two shards hold different ledger rows at one position of a partition (a move's copies are the same rows) |
 //! | `event-delivery` | the run's change-event consumer applied a stream's positions other than `1, 2, 3, …` in order; a duplicate with another position's key; a ledger row or settled window the relay recorded as published that the consumer never got, or got as another event; a row still unpublished 30 s after its commit; an event beyond the database's stream |
 //!
 //! History that the database no longer holds (see [`facts`]): reservations and orders the
@@ -54,6 +56,7 @@ mod negative_row;
 mod order_atomicity;
 mod orphan_held_line;
 mod oversell;
+mod position_forked;
 mod refused_but_applied;
 mod reservation_ledger_mismatch;
 mod settlement_exactness;
@@ -63,11 +66,13 @@ mod shards_tests;
 mod stale_epoch_write;
 #[cfg(test)]
 mod testdata;
+mod two_lease_holders;
 
 pub use facts::Facts;
 pub use input::{
     ArchivedPrefix, Delivery, Dump, LedgerRow, Op, Order, Outcome, Reservation, Run, Settled,
 };
+pub use two_lease_holders::{LeaseRound, ShardLeases};
 
 /// One rule of the checker.
 pub struct Rule {
@@ -78,7 +83,7 @@ pub struct Rule {
 }
 
 /// Every rule, in table order.
-pub const RULES: [Rule; 13] = [
+pub const RULES: [Rule; 15] = [
     oversell::RULE,
     negative_row::RULE,
     ledger_row_mismatch::RULE,
@@ -92,6 +97,8 @@ pub const RULES: [Rule; 13] = [
     orphan_held_line::RULE,
     settlement_exactness::RULE,
     event_delivery::RULE,
+    two_lease_holders::RULE,
+    position_forked::RULE,
 ];
 
 /// How many examples of each violated rule the table shows.
