@@ -20,6 +20,10 @@
 #                               cargo-fuzz targets of the auth-file, policy and request parsers,
 #                               30 s each (ops/fuzz-targets.sh; FUZZ_TARGET_SECONDS); .ci/run
 #                               enables it.
+#   ops/test.sh --shards N      after the tests: the router's integration suite again with every
+#                               cluster spread over N shards (TESTKIT_SHARDS=N; a test whose
+#                               cluster has fewer allocators than N keeps one database); .ci/run
+#                               enables it with N=2.
 #   ops/test.sh --restore-drill after the tests: the backup and point-in-time restore drill on a
 #                               small private cluster (ops/restore.sh --drill, about a minute);
 #                               .ci/run enables it.
@@ -46,6 +50,7 @@ lint=0
 chaos=0
 fuzz=0
 restore_drill=0
+shards=0
 [[ "${CI:-}" == true || "${CI:-}" == 1 ]] && lint=1
 cargo_args=()
 for arg in "$@"; do
@@ -55,10 +60,19 @@ for arg in "$@"; do
         --chaos) chaos=1 ;;
         --fuzz) fuzz=1 ;;
         --restore-drill) restore_drill=1 ;;
+        --shards) shards=next ;;
+        --shards=*) shards="${arg#--shards=}" ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) cargo_args+=("$arg") ;;
+        *)
+            if [[ "$shards" == next ]]; then
+                shards="$arg"
+            else
+                cargo_args+=("$arg")
+            fi
+            ;;
     esac
 done
+[[ "$shards" =~ ^[0-9]+$ ]] || die "--shards takes a shard count, e.g. --shards 2"
 
 THREADS="${TEST_THREADS:-2}"
 # In CI every test binary runs even after one fails, so one run reports every failure.
@@ -175,6 +189,13 @@ case "$RUNNER" in
         ;;
     *) die "TEST_RUNNER must be cargo or nextest, got '$RUNNER'" ;;
 esac
+
+if ((shards > 1)); then
+    case "$RUNNER" in
+        nextest) run "router-over-$shards-shards" env TESTKIT_SHARDS="$shards" cargo nextest run "${fail_fast[@]}" --test-threads="$THREADS" -p router --test integration ;;
+        *) run "router-over-$shards-shards" env TESTKIT_SHARDS="$shards" cargo test "${fail_fast[@]}" -p router --test integration -- --test-threads="$THREADS" ;;
+    esac
+fi
 
 if ((chaos)); then
     run chaos ops/chaos.sh --seed "${CHAOS_SEED:-1}" --duration 60

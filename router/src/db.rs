@@ -35,6 +35,8 @@ pub enum DbError {
     Query(#[from] tokio_postgres::Error),
     #[error("{0}")]
     Schema(#[from] schema::SchemaError),
+    #[error("the shard of partition {0} is not known yet")]
+    Placement(u32),
 }
 
 /// How often the fence reads every configured host.
@@ -124,27 +126,40 @@ pub async fn read_shard_map(pool: &Pool, timeout: Duration) -> Result<Option<Sha
 
 /// The partition of reservation `id`, or `None` if no such reservation exists.
 ///
-/// A reservation id names no shard, so every shard is asked at once: the first that knows the id
-/// answers (ids are unique cluster-wide, the allocator places a reservation on its partition's
-/// shard only). `None` needs every shard's `None`; a shard that fails while none knows the id is
-/// that shard's error, because the reservation may be exactly there (never "not found").
+/// A reservation id names no shard, so every shard is asked at once. Only the shard the catalog's
+/// map names for the row's partition (`shard_of`) answers: a shard the partition moved away from
+/// keeps a frozen copy of its reservations (DESIGN.md §12), which is never the live one, and an id
+/// names one command in the cluster (I3), so at most one shard holds it live. `None` needs every
+/// shard's `None` (or frozen copy); a shard that fails while none knows the id is that shard's
+/// error, because the reservation may be exactly there (never "not found"), and so is a row whose
+/// partition's shard is not known yet.
 pub async fn reservation_partition(
     pools: &[Pool],
     timeout: Duration,
     id: &str,
+    shard_of: impl Fn(u32) -> Option<usize>,
 ) -> Result<Option<schema::assignment::ReservationPlace>, DbError> {
     let mut lookups: FuturesUnordered<_> = pools
         .iter()
-        .map(|pool| {
-            on_connection(pool, timeout, async |client| {
+        .enumerate()
+        .map(|(index, pool)| async move {
+            let place = on_connection(pool, timeout, async |client| {
                 schema::assignment::reservation_partition(client, id).await
             })
+            .await;
+            (index, place)
         })
         .collect();
     let mut failure = None;
-    while let Some(answer) = lookups.next().await {
+    while let Some((index, answer)) = lookups.next().await {
         match answer {
-            Ok(Some(place)) => return Ok(Some(place)),
+            Ok(Some(place)) => match shard_of(place.partition) {
+                Some(holder) if holder == index => return Ok(Some(place)),
+                Some(_) => {}
+                None => {
+                    failure = failure.or(Some(DbError::Placement(place.partition)));
+                }
+            },
             Ok(None) => {}
             Err(e) => failure = failure.or(Some(e)),
         }
@@ -180,7 +195,7 @@ pub async fn events(
 
 /// Run `read` on a pooled connection; the wait for the connection and the read together are
 /// bounded by `timeout`.
-async fn on_connection<T>(
+pub(crate) async fn on_connection<T>(
     pool: &Pool,
     timeout: Duration,
     read: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T, tokio_postgres::Error>,

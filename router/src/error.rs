@@ -19,6 +19,11 @@ pub enum RouterError {
     #[error("not found: {0}")]
     NotFound(String),
 
+    /// The id was used before with another request, as its home shard's directory records
+    /// (DESIGN.md §12): the `422` one database gives.
+    #[error("idempotency mismatch: {0}")]
+    IdempotencyMismatch(String),
+
     /// PostgreSQL could not answer a routing lookup (reservation → partition) in time.
     #[error("routing storage unavailable: {0}")]
     Storage(String),
@@ -49,6 +54,9 @@ impl RouterError {
                 Problem::new(ProblemType::InvalidRequest, detail)
             }
             RouterError::NotFound(detail) => Problem::new(ProblemType::NotFound, detail),
+            RouterError::IdempotencyMismatch(detail) => {
+                Problem::new(ProblemType::IdempotencyMismatch, detail)
+            }
             RouterError::Storage(detail) => Problem {
                 outcome_unknown: Some(false),
                 ..Problem::new(ProblemType::StorageUnavailable, detail)
@@ -74,6 +82,7 @@ impl ResponseError for RouterError {
         match self {
             RouterError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             RouterError::NotFound(_) => StatusCode::NOT_FOUND,
+            RouterError::IdempotencyMismatch(_) => StatusCode::UNPROCESSABLE_ENTITY,
             RouterError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
             RouterError::Upstream { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)

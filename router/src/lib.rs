@@ -34,6 +34,7 @@ pub mod db;
 pub mod error;
 pub mod forward;
 pub mod hints;
+pub mod ids;
 pub mod metrics;
 pub mod orders;
 pub mod poll;

@@ -1,5 +1,5 @@
 //! One SKU's stock movements in commit order, with the client that made each one:
-//! `GET /v1/inventory/{sku}/history` (README "Security", DESIGN.md §9).
+//! `GET /v1/inventory/{sku}/history` (allocator/README.md "Security", DESIGN.md §9).
 //!
 //! Every ledger row of the SKU is one entry. A SKU lives in one partition, and a partition's
 //! ledger positions are gap-free and in commit order (`V12__ledger_positions.sql`), so `position`

@@ -48,6 +48,14 @@ pub const HEADER_CLIENT: &str = "x-allocator-client";
 /// ignores it from any other caller.
 pub const HEADER_CLIENT_POLICY: &str = "x-allocator-client-policy";
 
+/// Sent by a router of a cluster of several shards with a reserve of a client that has a
+/// `max_held_units` quota: the units the client holds, unexpired, on the cluster's other shards,
+/// as the router read them just before (DESIGN.md §12). The owner counts them with what the
+/// client holds on its own shard, so the quota is exact for reserves sent in sequence over every
+/// shard. An allocator takes it only from a caller holding the `router` scope (or with
+/// authentication off).
+pub const HEADER_HELD_ELSEWHERE: &str = "x-allocator-held-elsewhere";
+
 /// Sent as `true` by a router when the client it forwards for holds the `admin` scope, which may
 /// act on every client's reservations ([`HEADER_CLIENT`] names the client; a reservation records
 /// its client and is otherwise answered `404` to any other). An allocator believes it only from a

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use actix_web::http::header::{HeaderMap, HeaderValue};
 use schema::routes::Scope;
-use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_ADMIN, HEADER_CLIENT_POLICY};
+use schema::wire::{HEADER_CLIENT, HEADER_CLIENT_ADMIN, HEADER_CLIENT_POLICY, HEADER_HELD_ELSEWHERE};
 
 use crate::error::AccessError;
 use crate::owner::Owner;
@@ -28,6 +28,8 @@ pub(crate) struct Forwarded<'h> {
     admin: bool,
     /// [`HEADER_CLIENT_POLICY`], unparsed until [`Forwarded::policy`].
     policy: Option<&'h HeaderValue>,
+    /// [`HEADER_HELD_ELSEWHERE`]: units the client holds on other shards (0 when absent).
+    pub(crate) held_elsewhere: i64,
 }
 
 impl<'h> Forwarded<'h> {
@@ -40,6 +42,7 @@ impl<'h> Forwarded<'h> {
                 client: None,
                 admin: false,
                 policy: None,
+                held_elsewhere: 0,
             };
         }
         let client = caller.and_then(|_| {
@@ -52,11 +55,19 @@ impl<'h> Forwarded<'h> {
             && headers
                 .get(HEADER_CLIENT_ADMIN)
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+        // A count that is not a non-negative integer is ignored: it can only narrow the quota.
+        let held_elsewhere = headers
+            .get(HEADER_HELD_ELSEWHERE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .filter(|n| *n >= 0)
+            .unwrap_or(0);
         Forwarded {
             from_router,
             client,
             admin,
             policy: headers.get(HEADER_CLIENT_POLICY),
+            held_elsewhere,
         }
     }
 

@@ -268,6 +268,7 @@ impl Gate {
         let quotas = policy.as_ref().map(|p| p.hold_quotas()).unwrap_or_default();
         owner.max_held_per_sku = quotas.per_sku;
         owner.max_held_units = quotas.units;
+        owner.held_elsewhere = forwarded.held_elsewhere;
         let body_check = match &policy {
             Some(policy) => {
                 check::before_body(policy, &client, request).map_err(|e| (client.clone(), e))?

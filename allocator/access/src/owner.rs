@@ -26,6 +26,10 @@ pub struct Owner {
     /// fenced batch against what it holds in every partition (`V22__hold_quota_units.sql`):
     /// exact for holds in one partition, within the bound DESIGN.md §9 states across them.
     pub max_held_units: Option<i64>,
+    /// Units the client holds on the cluster's other shards, as the router that forwards the
+    /// reserve read them ([`schema::wire::HEADER_HELD_ELSEWHERE`]); counted with what it holds
+    /// on this shard against `max_held_units`. Zero for one database.
+    pub held_elsewhere: i64,
 }
 
 impl Owner {
@@ -35,6 +39,7 @@ impl Owner {
         any: true,
         max_held_per_sku: None,
         max_held_units: None,
+        held_elsewhere: 0,
     };
 
     /// An authenticated client, `admin` when it holds that scope.
@@ -44,6 +49,7 @@ impl Owner {
             any: admin,
             max_held_per_sku: None,
             max_held_units: None,
+            held_elsewhere: 0,
         }
     }
 

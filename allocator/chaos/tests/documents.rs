@@ -1,7 +1,7 @@
 //! The documents name only flags and environment variables that exist.
 //!
-//! Every `--flag` and every `NAME_WITH_UNDERSCORES` written in code spans of `README.md` and
-//! `ops/README.md` must be one that a workspace binary's `--help` (every subcommand, found by
+//! Every `--flag` and every `NAME_WITH_UNDERSCORES` written in code spans of the documents
+//! must be one that a workspace binary's `--help` (every subcommand, found by
 //! reading each help's `Commands:` list) or an `ops/*.sh` script's usage header names, or be a
 //! flag of an outside tool the documents show a command line of (listed below with the tool).
 //! Environment variables may also be ones a script reads. A configuration-table row that pairs
@@ -10,6 +10,12 @@
 //!
 //! The binaries come from the workspace build: `ops/test.sh` (a workspace run) builds them all;
 //! run alone, build first with `cargo build --bins`.
+//!
+//! Every tracked `*.md` is read ([`refs::tracked_documents`]); [`refs`] checks links, cited
+//! paths, metric and alert names.
+
+#[path = "documents/refs.rs"]
+mod refs;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -281,11 +287,11 @@ fn scripts() -> Vec<(String, String)> {
     out
 }
 
-fn documents() -> Vec<(&'static str, String)> {
-    ["README.md", "ops/README.md"]
+fn documents() -> Vec<(String, String)> {
+    refs::tracked_documents()
         .into_iter()
         .map(|name| {
-            let text = std::fs::read_to_string(repo_root().join(name)).unwrap();
+            let text = std::fs::read_to_string(repo_root().join(&name)).unwrap();
             (name, text)
         })
         .collect()

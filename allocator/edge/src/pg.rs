@@ -71,7 +71,7 @@ pub fn build_pool(fence: &Arc<StorageFence>, settings: &PoolSettings) -> anyhow:
 /// PostgreSQL's default keeps re-planning it for small groups because a custom plan for a
 /// one-element array looks cheaper than the generic one. Every statement of the services is a
 /// key lookup or a set-based write over arrays, which the generic plan does as well (measured
-/// with `ops/bench/fenced-cost.sh`; README "No planning per statement").
+/// with `ops/bench/fenced-cost.sh`; ops/BENCHMARKS.md "What a reserve costs").
 fn server_options(settings: &PoolSettings) -> String {
     format!(
         "-c plan_cache_mode=force_generic_plan \

@@ -33,6 +33,11 @@ pub async fn events(
             QueryError::NoStream(detail) => ApiError::NotFound(detail),
         })?;
     let client = state.pool.get().await?;
+    if let Stream::Partition(partition) = &query.stream {
+        // Only the shard that holds the partition serves its positions, those from before it
+        // moved here included (DESIGN.md §12); a source keeps a frozen copy.
+        state.ensure_held(&client, *partition).await?;
+    }
     if let Stream::Settlement(_) = &query.stream {
         // The database holds its own shard's settled windows only.
         let own = read::own_settlement_stream(&**client).await?;

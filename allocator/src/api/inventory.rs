@@ -1,5 +1,5 @@
-//! `/v1/inventory` handlers: a SKU's stock and history are read from PostgreSQL (any replica
-//! answers); adjustments go to the owning partition's worker and record their client.
+//! `/v1/inventory` handlers: a SKU's stock and history are read from PostgreSQL (any replica of
+//! the shard holding its partition answers); adjustments go to the owning partition's worker and record their client.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
@@ -15,6 +15,9 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let sku = path.into_inner();
     let client = state.pool.get().await?;
+    state
+        .ensure_held(&client, partition_for(sku.as_str(), state.partition_count))
+        .await?;
     let row = client
         .query_opt(
             "SELECT partition, on_hand, available, held, confirmed, highest_epoch
@@ -35,7 +38,7 @@ pub async fn get(
 }
 
 /// One page of the SKU's ledger in commit order, with the client of each movement
-/// ([`schema::history`]); read, never written, so any replica answers.
+/// ([`schema::history`]); read, never written, so any replica of the partition's shard answers.
 pub async fn history(
     state: web::Data<AppState>,
     request: HttpRequest,
@@ -44,6 +47,9 @@ pub async fn history(
     let sku = path.into_inner();
     let query = HistoryQuery::parse(request.query_string()).map_err(ApiError::InvalidRequest)?;
     let client = state.pool.get().await?;
+    state
+        .ensure_held(&client, partition_for(sku.as_str(), state.partition_count))
+        .await?;
     let page = schema::history::read(&**client, sku.as_str(), query)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("sku {sku} is not stocked")))?;

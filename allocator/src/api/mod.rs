@@ -2,8 +2,10 @@
 //!
 //! Writes go to the owning partition's worker; a partition owned elsewhere gets `421` naming the
 //! owner the database knows, one whose lease is unconfirmed gets `503` + `Retry-After`. Reads
-//! (`GET` of a reservation, an inventory row or a SKU's history) come straight from PostgreSQL,
-//! which is the authority, so any replica can answer them.
+//! (`GET` of a reservation, an inventory row, a SKU's history or a partition's events) come
+//! straight from PostgreSQL, which is the authority, so any replica of the shard that holds the
+//! partition can answer them; a replica of another shard answers `421` like a write
+//! ([`AppState::ensure_held`]): a shard the partition moved away from keeps a frozen copy.
 
 mod cluster;
 mod docs;
@@ -101,6 +103,20 @@ impl AppState {
             Ok((outcome, token)) => Ok((outcome, token.epoch)),
             Err(WorkError::NotOwner { partition }) => Err(self.not_owner(partition).await),
             Err(error) => Err(ApiError::from(error)),
+        }
+    }
+
+    /// `Ok` when this replica's shard holds `partition` (its own record, DESIGN.md §12), else the
+    /// `421` a write for it gets: reads are answered only by the shard that holds the partition.
+    pub async fn ensure_held(
+        &self,
+        client: &tokio_postgres::Client,
+        partition: u32,
+    ) -> Result<(), ApiError> {
+        if schema::shard::store::holds_partition(client, partition).await? {
+            Ok(())
+        } else {
+            Err(self.not_owner(partition).await)
         }
     }
 

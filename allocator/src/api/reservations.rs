@@ -144,6 +144,9 @@ pub async fn get(
     let record = read_reservation(&**client, reservation_id.as_str())
         .await?
         .filter(|record| access::sku_visible(record.sku()));
+    if let Some(record) = &record {
+        state.ensure_held(&client, record.partition()).await?;
+    }
     match record {
         Some(ReservationRecord::Current(reservation)) => Ok(HttpResponse::Ok().json(reservation)),
         Some(ReservationRecord::Refused { available, .. }) => Err(ApiError::InsufficientStock {

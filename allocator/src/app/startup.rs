@@ -334,6 +334,12 @@ pub(super) fn start_jobs(
                 require_relay: config.events.is_some(),
             }
         }),
+        other_shards: config
+            .shards
+            .iter()
+            .filter(|target| target.name != storage.shard.shard)
+            .map(|target| target.url.clone())
+            .collect(),
         shard: shard.clone(),
     };
     let retention_poll = retention.poll_interval();

@@ -59,6 +59,16 @@ pub struct ServeArgs {
     /// partitions its shard holds.
     #[arg(long, env = "ALLOCATOR_CATALOG_URL")]
     pub catalog_url: Option<String>,
+    /// Every shard of a cluster over several, as `NAME=URL` (as for `allocator migrate`; in
+    /// `ALLOCATOR_SHARDS` separated by spaces): retention then removes an order only once its
+    /// lines are gone on every shard. Without it an order stored here waits for its lines here.
+    #[arg(
+        long = "shard",
+        env = "ALLOCATOR_SHARDS",
+        value_name = "NAME=URL",
+        value_delimiter = ' '
+    )]
+    pub shards: Vec<schema::shard::ShardTarget>,
     #[arg(long, env = "ALLOCATOR_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Unique, stable name of this replica; a restart under the same id may re-take its leases
@@ -212,6 +222,8 @@ pub struct AllocatorConfig {
     pub database_url: String,
     /// `None`: the shard is its own catalog.
     pub catalog_url: Option<String>,
+    /// Every shard of the cluster (`--shard`); empty when not given.
+    pub shards: Vec<schema::shard::ShardTarget>,
     pub listen: SocketAddr,
     pub replica_id: String,
     /// `None` advertises `http://<bound listen address>` (`https://` with [`Self::tls`]).
@@ -288,6 +300,7 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
         let config = AllocatorConfig {
             database_url: args.database_url,
             catalog_url: args.catalog_url.filter(|u| !u.is_empty()),
+            shards: args.shards,
             listen: args.listen,
             replica_id: args.replica_id,
             advertise_url: args.advertise_url.filter(|u| !u.is_empty()),

@@ -19,14 +19,14 @@ use crate::metrics as m;
 const APPLY: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity, o_expires,
                             o_epoch, o_partition, o_available, o_on_hand, o_detail
                        FROM apply_fenced_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                                               $12, $13)";
+                                               $12, $13, $14)";
 
 /// The same statement against the unfenced copy (negative control only, see
 /// [`crate::negative_control`]).
 const APPLY_UNFENCED: &str = "SELECT o_ord, o_result, o_replayed, o_status, o_sku, o_quantity,
                             o_expires, o_epoch, o_partition, o_available, o_on_hand, o_detail
                        FROM apply_fenced_batch_unfenced($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                                                   $10, $11, $12, $13)";
+                                                   $10, $11, $12, $13, $14)";
 
 /// How often a batch is re-run when a new id it wanted to insert was inserted concurrently by
 /// another partition's owner (the id then replays, so a second attempt settles it).
@@ -106,6 +106,7 @@ pub async fn apply_function(
                     &arrays.any_owner,
                     &arrays.quota,
                     &arrays.units,
+                    &arrays.elsewhere,
                 ],
             )
             .await;
@@ -142,6 +143,9 @@ struct Arrays<'a> {
     /// them.
     quota: Vec<Option<i64>>,
     units: Vec<Option<i64>>,
+    /// What the client of a reserve with `max_held_units` holds on the cluster's other shards
+    /// (`V27__id_directory.sql`); `None` on one database.
+    elsewhere: Vec<Option<i64>>,
 }
 
 impl<'a> Arrays<'a> {
@@ -158,6 +162,7 @@ impl<'a> Arrays<'a> {
             any_owner: Vec::with_capacity(total),
             quota: Vec::with_capacity(total),
             units: Vec::with_capacity(total),
+            elsewhere: Vec::with_capacity(total),
             ..Default::default()
         };
         for batch in group {
@@ -182,6 +187,11 @@ impl<'a> Arrays<'a> {
                     _ => (None, None),
                 };
                 a.quota.push(quota);
+                a.elsewhere.push(
+                    units
+                        .filter(|_| owner.held_elsewhere > 0)
+                        .map(|_| owner.held_elsewhere),
+                );
                 a.units.push(units);
             }
         }

@@ -71,7 +71,7 @@ fn failed_renewals_lose_the_lease_at_the_safe_deadline() {
     assert_eq!(state.tick(clock.now()).1, Some(LossCause::Deadline));
 }
 
-/// The README's promise: two consecutive renewal attempts can fail or time out and the
+/// allocator/README.md's promise: two consecutive renewal attempts can fail or time out and the
 /// third still lands before the safe deadline, for the default timings and the shorter ones
 /// the tests and the chaos run use.
 #[test]

@@ -21,6 +21,7 @@
 
 pub mod archive;
 pub mod command;
+pub mod orders;
 pub mod partitions;
 pub mod store;
 
@@ -48,6 +49,9 @@ pub struct RetentionSettings {
     pub batch: usize,
     /// Archive ledger partitions as they may go; `None`: the job archives nothing.
     pub archive: Option<ArchiveSettings>,
+    /// The URLs of the cluster's other shards (`--shard`), whose order lines an order stored
+    /// here waits for ([`orders`]); empty for one database.
+    pub other_shards: Vec<String>,
     /// The shard whose rows it removes and archives: the `shard` label of its metrics.
     pub shard: String,
 }
@@ -189,16 +193,29 @@ impl Routine for Retention {
         let mut full = false;
         for kept in Kept::ALL {
             let table = kept.table();
-            let result = store::remove_past_horizon(
-                client,
-                kept,
-                RETENTION_LEASE,
-                &s.holder_id,
-                term,
-                s.horizon,
-                batch,
-            )
-            .await;
+            let result = if kept == Kept::Orders && !s.other_shards.is_empty() {
+                orders::remove_past_horizon(
+                    client,
+                    &s.other_shards,
+                    &s.holder_id,
+                    term,
+                    s.horizon,
+                    batch,
+                )
+                .await
+            } else {
+                store::remove_past_horizon(
+                    client,
+                    kept,
+                    RETENTION_LEASE,
+                    &s.holder_id,
+                    term,
+                    s.horizon,
+                    batch,
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!(describe(&e)))
+            };
             match result {
                 Ok(r) if r.fenced => {
                     metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.settings.shard.clone(), "outcome" => "stale_term")
@@ -218,7 +235,13 @@ impl Routine for Retention {
                 Err(error) => {
                     metrics::counter!(m::JOB_RUNS, "job" => JOB, "shard" => self.settings.shard.clone(), "outcome" => "failed")
                         .increment(1);
-                    tracing::warn!(job = JOB, term, table, error = %describe(&error), "retention batch failed");
+                    tracing::warn!(
+                        job = JOB,
+                        term,
+                        table,
+                        error = format!("{error:#}"),
+                        "retention batch failed"
+                    );
                     return Step::Idle;
                 }
             }

@@ -32,29 +32,40 @@ const FENCE: &str = "fence AS (
       WHERE name = $1 AND holder_id = $2 AND epoch = $3 AND expires_at > now()
         FOR KEY SHARE)";
 
-/// A table the job removes rows from, in the order it works through them: reservations first,
-/// since an order waits for its lines anyway.
+/// What the job removes rows of, in the order it works through them: reservations first (the
+/// terminal ones, then the frozen holds a partition that moved away left behind), since an order
+/// waits for its lines anyway; then orders; then id claims (V27).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kept {
     Reservations,
+    FrozenHolds,
     Orders,
+    Claims,
 }
 
 impl Kept {
-    pub const ALL: [Kept; 2] = [Kept::Reservations, Kept::Orders];
+    pub const ALL: [Kept; 4] = [
+        Kept::Reservations,
+        Kept::FrozenHolds,
+        Kept::Orders,
+        Kept::Claims,
+    ];
 
     /// The table's name, also the `table` label of its metrics.
     pub fn table(self) -> &'static str {
         match self {
-            Kept::Reservations => "reservations",
+            Kept::Reservations | Kept::FrozenHolds => "reservations",
             Kept::Orders => "orders",
+            Kept::Claims => "id_claims",
         }
     }
 
     fn statement(self) -> String {
         match self {
             Kept::Reservations => reservations_statement(),
+            Kept::FrozenHolds => frozen_holds_statement(),
             Kept::Orders => orders_statement(),
+            Kept::Claims => claims_statement(),
         }
     }
 }
@@ -100,9 +111,59 @@ fn reservations_statement() -> String {
     )
 }
 
-/// Up to `$5` finished orders (`placed`, `failed`, `refused`) decided longer than the horizon ago and none of whose line reservations is left (in either line-id form), so an
-/// order goes only after its lines: while a line is kept, a resubmission still replays.
-fn orders_statement() -> String {
+/// Up to `$5` holds of partitions this shard no longer holds (no lease row: the partition moved
+/// to another shard, which serves its live copy, DESIGN.md §12) whose expiry is older than the
+/// horizon. Nobody sweeps such a frozen copy and nobody may serve it; it is only kept as long as a
+/// terminal reservation would be, so that it does not linger.
+fn frozen_holds_statement() -> String {
+    format!(
+        "WITH {FENCE},
+         victims AS (
+             SELECT r.ctid FROM reservations AS r
+              WHERE r.status = 'held'
+                AND r.expires_at < now() - $4::bigint * interval '1 millisecond'
+                AND NOT EXISTS (SELECT 1 FROM leases AS l WHERE l.partition = r.partition)
+                AND EXISTS (SELECT 1 FROM fence)
+              ORDER BY r.expires_at
+              LIMIT $5
+                FOR UPDATE OF r SKIP LOCKED),
+         gone AS (
+             DELETE FROM reservations
+              WHERE ctid = ANY (ARRAY(SELECT ctid FROM victims))
+          RETURNING 1)
+         SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM gone)"
+    )
+}
+
+/// Up to `$5` id claims (V27) whose command's last possible change (its creation plus its TTL)
+/// is older than the horizon: by then its reservation is past the horizon too.
+fn claims_statement() -> String {
+    format!(
+        "WITH {FENCE},
+         victims AS (
+             SELECT ctid FROM id_claims
+              WHERE settled_by < now() - $4::bigint * interval '1 millisecond'
+                AND EXISTS (SELECT 1 FROM fence)
+              ORDER BY settled_by
+              LIMIT $5
+                FOR UPDATE SKIP LOCKED),
+         gone AS (
+             DELETE FROM id_claims
+              WHERE ctid = ANY (ARRAY(SELECT ctid FROM victims))
+          RETURNING 1)
+         SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM gone)"
+    )
+}
+
+/// Up to `$5` finished orders (`placed`, `failed`, `refused`) decided longer than the horizon ago and none of whose line reservations is left here (in either line-id form), so an
+/// order goes only after its lines: while a line is kept, a resubmission still replays. With
+/// `among`, only the orders `$6` names ([`crate::retention::orders`] checked the other shards).
+fn orders_statement_among(among: bool) -> String {
+    let among = if among {
+        "AND o.order_id = ANY ($6::text[])"
+    } else {
+        ""
+    };
     format!(
         "WITH {FENCE},
          victims AS (
@@ -110,13 +171,10 @@ fn orders_statement() -> String {
               WHERE o.status <> 'pending'
                 AND o.updated_at < now() - $4::bigint * interval '1 millisecond'
                 AND EXISTS (SELECT 1 FROM fence)
+                {among}
                 AND NOT EXISTS (
                     SELECT 1 FROM reservations AS r
-                     WHERE r.reservation_id = ANY (ARRAY(
-                           SELECT form || o.order_id || ':' || i
-                             FROM generate_series(0, jsonb_array_length(o.request -> 'lines') - 1)
-                                  AS i,
-                                  unnest(ARRAY['order:', '']) AS form)))
+                     WHERE r.reservation_id = ANY ({LINE_IDS}))
               ORDER BY o.updated_at
               LIMIT $5
                 FOR UPDATE OF o SKIP LOCKED),
@@ -126,6 +184,38 @@ fn orders_statement() -> String {
           RETURNING 1)
          SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM gone)"
     )
+}
+
+fn orders_statement() -> String {
+    orders_statement_among(false)
+}
+
+/// The reservation ids of order `o`'s lines, in both line-id forms.
+pub(crate) const LINE_IDS: &str = "ARRAY(
+                           SELECT form || o.order_id || ':' || i
+                             FROM generate_series(0, jsonb_array_length(o.request -> 'lines') - 1)
+                                  AS i,
+                                  unnest(ARRAY['order:', '']) AS form)";
+
+/// Like [`remove_past_horizon`] for orders, but only among `orders`.
+#[allow(clippy::too_many_arguments)]
+pub async fn remove_orders_among<C: GenericClient>(
+    client: &C,
+    lease: &str,
+    holder_id: &str,
+    term: i64,
+    horizon: Duration,
+    batch: i64,
+    orders: &[String],
+) -> Result<Removed, tokio_postgres::Error> {
+    let horizon_ms = horizon.as_millis() as i64;
+    let row = client
+        .query_one(
+            &orders_statement_among(true),
+            &[&lease, &holder_id, &term, &horizon_ms, &batch, &orders],
+        )
+        .await?;
+    Ok(removed(&row))
 }
 
 /// The tables whose health is exported: the hot ones and the ones that grow with history.

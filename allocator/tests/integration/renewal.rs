@@ -1,4 +1,4 @@
-//! The renewal slack the lease timing promises (README "Lease timing defaults", DESIGN.md §5):
+//! The renewal slack the lease timing promises (allocator/README.md "Lease timing defaults", DESIGN.md §5):
 //! with the default timings, two consecutive renewal attempts can fail or time out and the third
 //! still lands before the safe deadline, so the replica keeps every lease. The database link is
 //! black-holed right after a confirmed renewal and healed once the replica has given up on two

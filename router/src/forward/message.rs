@@ -7,7 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use schema::wire::{
     HEADER_ASSIGNMENT_REVISION, HEADER_CLIENT, HEADER_CLIENT_ADMIN, HEADER_CLIENT_POLICY,
-    HEADER_EXPECTED_EPOCH, HEADER_ORDER_LINE, HEADER_REQUEST_ID,
+    HEADER_EXPECTED_EPOCH, HEADER_HELD_ELSEWHERE, HEADER_ORDER_LINE, HEADER_REQUEST_ID,
 };
 use serde::de::DeserializeOwned;
 
@@ -38,6 +38,8 @@ pub struct UpstreamRequest {
     pub reservation_id: Option<String>,
     /// The reserve of an order line: sent with [`HEADER_ORDER_LINE`].
     pub order_line: bool,
+    /// Sent as [`HEADER_HELD_ELSEWHERE`]: a reserve's client's holds on other shards.
+    pub held_elsewhere: Option<i64>,
 }
 
 impl UpstreamRequest {
@@ -49,6 +51,7 @@ impl UpstreamRequest {
             partition,
             reservation_id: None,
             order_line: false,
+            held_elsewhere: None,
         }
     }
 
@@ -170,6 +173,9 @@ impl Forwarder {
         }
         if req.order_line {
             builder = builder.header(HEADER_ORDER_LINE, "true");
+        }
+        if let Some(held) = req.held_elsewhere {
+            builder = builder.header(HEADER_HELD_ELSEWHERE, held);
         }
         let body = match &req.body {
             Some(body) => {

@@ -8,6 +8,7 @@ use schema::wire::{AdjustmentRequest, Sku};
 
 use crate::error::RouterError;
 use crate::forward::UpstreamRequest;
+use crate::ids;
 use crate::state::AppState;
 use schema::path::encode_segment;
 
@@ -48,6 +49,19 @@ pub async fn adjust(
 ) -> Result<HttpResponse, RouterError> {
     let req = body.into_inner();
     let partition = state.partition_of(&sku)?;
+    // Over several shards the id is claimed on its home shard first (DESIGN.md §12).
+    ids::claim(
+        &state,
+        &ids::Claim {
+            kind: ids::Kind::Adjustment,
+            id: req.adjustment_id.as_str(),
+            partition,
+            sku: sku.as_str(),
+            amount: req.delta.get(),
+            ttl_seconds: None,
+        },
+    )
+    .await?;
     let upstream = UpstreamRequest::post(
         format!("/v1/inventory/{}/adjustments", encode_segment(&sku)),
         partition,

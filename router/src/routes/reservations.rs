@@ -4,16 +4,20 @@
 //! ([`schema::wire::ORDER_LINE_PREFIX`]) is refused with `400` (only orders create those). Existing reservations are addressed by id only, so the
 //! router looks their partition up in PostgreSQL
 //! ([`schema::assignment::reservation_partition`]), on every shard at once since an id names no
-//! shard ([`db::reservation_partition`]); an id no shard knows, and another client's reservation
+//! shard, taking the row of the shard that holds its partition ([`db::reservation_partition`]);
+//! an id no shard knows, and another client's reservation
 //! ([`access::Owner`]), is a `404` without bothering an allocator, while a shard that cannot
 //! answer (and no other knowing the id) is a `503`, never a `404`.
 
 use actix_web::{web, HttpResponse};
-use schema::wire::{is_order_line_id, reserved_id_refusal, ReservationId, ReserveRequest};
+use schema::wire::{
+    is_order_line_id, reserved_id_refusal, ReservationId, ReserveRequest, TtlSeconds,
+};
 
 use crate::db;
 use crate::error::RouterError;
 use crate::forward::UpstreamRequest;
+use crate::ids;
 use crate::state::AppState;
 use schema::path::encode_segment;
 
@@ -29,9 +33,25 @@ pub async fn create(
         )));
     }
     let partition = state.partition_of(&req.sku)?;
-    let upstream = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
+    // Over several shards: the id is claimed on its home shard, and the client's holds on the
+    // other shards go with the reserve for its hold quota (DESIGN.md §12); both reads at once.
+    let claim = ids::Claim {
+        kind: ids::Kind::Reservation,
+        id: req.reservation_id.as_str(),
+        partition,
+        sku: req.sku.as_str(),
+        amount: req.quantity.get(),
+        ttl_seconds: Some(i64::from(TtlSeconds::or_default(req.ttl_seconds).get())),
+    };
+    let (claimed, held_elsewhere) = futures::join!(
+        ids::claim(&state, &claim),
+        ids::held_elsewhere(&state, partition)
+    );
+    claimed?;
+    let mut upstream = UpstreamRequest::post("/v1/reservations".to_owned(), partition)
         .reservation(&req.reservation_id)
         .json(&req)?;
+    upstream.held_elsewhere = held_elsewhere?;
     state.forward(&upstream).await
 }
 
@@ -63,7 +83,10 @@ async fn by_id(
     action: Option<&str>,
 ) -> Result<HttpResponse, RouterError> {
     let id = id.as_str();
-    let partition = match db::reservation_partition(&state.pools, state.db_timeout, id).await {
+    let shard_of = |partition| state.cache.shard_of(partition);
+    let partition = match db::reservation_partition(&state.pools, state.db_timeout, id, shard_of)
+        .await
+    {
         // Another client's, or outside the client's namespaces: answered as an unknown id, here
         // already, so not even the answer's headers tell it apart (the owning allocator checks
         // the owner again inside its fenced transaction).

@@ -121,6 +121,25 @@ impl TestCluster {
         .await
     }
 
+    /// Like [`Cluster::start_sharded`], with extra environment for every allocator.
+    pub async fn start_sharded_with_env(
+        name: &str,
+        shards: usize,
+        replicas: usize,
+        partitions: u32,
+        allocator_env: Vec<(String, String)>,
+    ) -> Cluster {
+        Self::start_in_shards(
+            Database::Private,
+            shards,
+            name,
+            replicas,
+            partitions,
+            allocator_env,
+        )
+        .await
+    }
+
     /// `replicas` allocators over `shards` private PostgreSQL servers (allocator `i` on shard
     /// `i mod shards`), so that a test may stop or freeze any of them.
     pub async fn start_sharded(
@@ -147,7 +166,19 @@ impl TestCluster {
         partitions: u32,
         allocator_env: Vec<(String, String)>,
     ) -> Cluster {
-        Self::start_in_shards(database, 1, name, replicas, partitions, allocator_env).await
+        // `TESTKIT_SHARDS=N` (`ops/test.sh --shards N`) spreads the suite's clusters over N shards
+        // where each shard gets an allocator and a partition, on the tests' server or a private one
+        // (not on a given URL: that test is about that database).
+        let env_shards = testkit::cluster::shards_from_env();
+        let shards = match &database {
+            Database::Shared | Database::Private
+                if env_shards <= replicas && env_shards as u32 <= partitions =>
+            {
+                env_shards
+            }
+            _ => 1,
+        };
+        Self::start_in_shards(database, shards, name, replicas, partitions, allocator_env).await
     }
 
     async fn start_in_shards(
@@ -176,7 +207,17 @@ impl TestCluster {
         }
         if replicas > 0 {
             let ids: Vec<String> = cluster.allocators.iter().map(|a| a.id.clone()).collect();
-            let fair = partitions.div_ceil(replicas as u32) as usize;
+            // The fair share of the fullest shard: each shard's replicas share its partitions.
+            let fair = (0..shards)
+                .map(|shard| {
+                    let held = (0..partitions)
+                        .filter(|p| (*p as usize * shards) / partitions as usize == shard)
+                        .count();
+                    let serving = (0..replicas).filter(|i| i % shards == shard).count();
+                    held.div_ceil(serving.max(1))
+                })
+                .max()
+                .unwrap_or(0);
             cluster
                 .wait_map(Duration::from_secs(30), |m| {
                     balanced(m, &ids.iter().map(String::as_str).collect::<Vec<_>>(), fair)

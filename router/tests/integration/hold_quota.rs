@@ -64,7 +64,18 @@ impl QuotaCluster {
     pub(crate) async fn start(
         name: &str,
         buyer_options: &str,
+        env: Vec<(String, String)>,
+    ) -> QuotaCluster {
+        Self::start_on_shards(name, buyer_options, env, 1).await
+    }
+
+    /// [`QuotaCluster::start`] over `shards` private PostgreSQL servers (one: the tests' shared
+    /// server), 8 partitions for more than one.
+    pub(crate) async fn start_on_shards(
+        name: &str,
+        buyer_options: &str,
         mut env: Vec<(String, String)>,
+        shards: usize,
     ) -> QuotaCluster {
         let dir = tempfile::tempdir().unwrap();
         let allocator_auth = dir.path().join("allocator-auth");
@@ -85,7 +96,11 @@ impl QuotaCluster {
             allocator_auth.display().to_string(),
         ));
         env.push(("ALLOCATOR_REQUIRE_ROUTER".into(), "true".into()));
-        let cluster = Cluster::start_with_env(name, 2, 4, env).await;
+        let cluster = if shards > 1 {
+            Cluster::start_sharded_with_env(name, shards, 2, 8, env).await
+        } else {
+            Cluster::start_with_env(name, 2, 4, env).await
+        };
         let tweak = |c: &mut router::RouterConfig| {
             c.access.auth_file = Some(router_auth.clone());
             c.upstream_token_file = Some(token_file.clone());

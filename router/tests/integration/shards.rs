@@ -1,7 +1,8 @@
 //! A cluster over two PostgreSQL primaries (DESIGN.md §12) through one router: every partition
 //! serves, an order spanning both shards is placed and stored on the shard its id picks, a
 //! reservation is found on whichever shard holds it; a stopped shard, and then a frozen
-//! (black-holed) one, makes only its own partitions fail while the other shard keeps serving.
+//! (black-holed) one, makes only its own partitions fail while the other shard keeps serving
+//! (reserves of ids homed on the serving shard: an id's home shard is needed to claim it).
 
 use std::time::{Duration, Instant};
 
@@ -13,10 +14,10 @@ use testkit::ApiClient;
 
 use crate::common::{serial, Cluster};
 
-const PARTITIONS: u32 = 8;
+pub(crate) const PARTITIONS: u32 = 8;
 
 /// A SKU of `partition` (of [`PARTITIONS`]), distinct per `prefix`.
-fn sku_in(partition: u32, prefix: &str) -> String {
+pub(crate) fn sku_in(partition: u32, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
         .find(|s| schema::partition::partition_for(s, PARTITIONS) == partition)
@@ -24,11 +25,11 @@ fn sku_in(partition: u32, prefix: &str) -> String {
 }
 
 /// Shard 0 holds partitions 0–3, shard 1 partitions 4–7 (the catalog's contiguous plan).
-fn shard_of(partition: u32) -> usize {
+pub(crate) fn shard_of(partition: u32) -> usize {
     (partition * 2 / PARTITIONS) as usize
 }
 
-fn hold(id: &str, sku: &str) -> ReserveRequest {
+pub(crate) fn hold(id: &str, sku: &str) -> ReserveRequest {
     ReserveRequest {
         reservation_id: id.parse().unwrap(),
         sku: sku.parse().unwrap(),
@@ -37,15 +38,23 @@ fn hold(id: &str, sku: &str) -> ReserveRequest {
     }
 }
 
-/// Reserves one unit of each SKU under a fresh id; the statuses in SKU order.
+/// A fresh id `{prefix}…` homed on `shard` (its home partition there, DESIGN.md §12): a write
+/// of it needs no other shard's id directory.
+pub(crate) fn id_homed_on(shard: usize, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|id| shard_of(schema::partition::partition_for(id, PARTITIONS)) == shard)
+        .unwrap()
+}
+
+/// Reserves one unit of each SKU under a fresh id homed on the SKU's own shard (so that a
+/// stopped shard stops only its own SKUs' reserves); the statuses in SKU order.
 async fn reserve_each(api: &ApiClient, skus: &[String], round: &str) -> Vec<StatusCode> {
     let mut statuses = Vec::new();
     for (i, sku) in skus.iter().enumerate() {
-        statuses.push(
-            api.reserve(&hold(&format!("{round}-{i}"), sku))
-                .await
-                .status,
-        );
+        let shard = shard_of(schema::partition::partition_for(sku, PARTITIONS));
+        let id = id_homed_on(shard, &format!("{round}-{i}"));
+        statuses.push(api.reserve(&hold(&id, sku)).await.status);
     }
     statuses
 }
@@ -104,8 +113,9 @@ async fn two_shards_serve_through_a_router_and_a_failed_shard_stops_only_its_par
         }
     }
     // A reservation is found on whichever shard holds it.
-    for id in ["all-1", "all-6"] {
-        assert_eq!(api.reservation(id).await.status, StatusCode::OK, "{id}");
+    for (i, shard) in [(1, 0), (6, 1)] {
+        let id = id_homed_on(shard, &format!("all-{i}"));
+        assert_eq!(api.reservation(&id).await.status, StatusCode::OK, "{id}");
     }
     assert_eq!(
         api.reservation("nowhere").await.status,
@@ -186,7 +196,7 @@ async fn reserve_decided(api: &ApiClient, id: &str, sku: &str) -> StatusCode {
 }
 
 /// `allocator shards move` with every shard of `cluster`.
-fn move_partition(cluster: &Cluster, partition: u32, to: &str) {
+pub(crate) fn move_partition(cluster: &Cluster, partition: u32, to: &str) {
     let mut command = std::process::Command::new(crate::common::allocator_bin());
     command.args([
         "shards",

@@ -147,3 +147,19 @@ pub(crate) async fn create_map<C: GenericClient>(
         .await?;
     Ok(())
 }
+
+/// Whether this database's own record holds `partition` (its lease row is here): only then may
+/// it answer for the partition's rows. A shard a partition moved away from keeps a frozen copy
+/// of them but not the lease row (DESIGN.md §12), so its copy is never served.
+pub async fn holds_partition<C: GenericClient>(
+    client: &C,
+    partition: u32,
+) -> Result<bool, tokio_postgres::Error> {
+    Ok(client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM leases WHERE partition = $1)",
+            &[&(partition as i32)],
+        )
+        .await?
+        .get(0))
+}

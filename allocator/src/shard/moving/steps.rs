@@ -93,7 +93,7 @@ pub(super) async fn copy(
     let tx = target.transaction().await?;
     // What an earlier tenure of the partition on this shard left is replaced, except the
     // append-only ledger, which is continued.
-    for table in ["reservations", "adjustments", "inventory"] {
+    for table in ["reservations", "adjustments", "inventory", "id_claims"] {
         tx.execute(&format!("DELETE FROM {table} WHERE partition = $1"), &[&p])
             .await?;
         let select = format!("SELECT * FROM {table} WHERE partition = {p}");

@@ -24,7 +24,7 @@ mod timings;
 pub use self::builder::{ClusterBuilder, Database, Redis};
 pub use self::prometheus::Prometheus;
 pub use self::service::{Role, Service};
-pub use self::shards::{shard_name, ExtraShard};
+pub use self::shards::{shard_name, shards_from_env, ExtraShard, SHARDS_ENV};
 pub use self::timings::ShortTimings;
 
 use std::path::{Path, PathBuf};

@@ -19,6 +19,23 @@ pub struct ExtraShard {
     pub server: PgServer,
 }
 
+/// The environment variable that spreads the clusters of a test suite that honours it over that
+/// many shards ([`shards_from_env`]); the router's integration suite does, so the same tests run
+/// over one database and over several (`ops/test.sh --shards 2`).
+pub const SHARDS_ENV: &str = "TESTKIT_SHARDS";
+
+/// [`SHARDS_ENV`] as a shard count: 1 when unset; a value that is not a count of at least 1 is
+/// refused loudly rather than ignored, since the suite would then test something else.
+pub fn shards_from_env() -> usize {
+    match std::env::var(SHARDS_ENV) {
+        Err(_) => 1,
+        Ok(value) => match value.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => n,
+            _ => panic!("{SHARDS_ENV}={value:?}: give a shard count of at least 1"),
+        },
+    }
+}
+
 /// The name of shard `index` in a cluster of several.
 pub fn shard_name(index: usize) -> String {
     format!("s{index}")

@@ -78,6 +78,8 @@ impl Template {
         if shard > 0 {
             args.extend(["--catalog-url".to_owned(), cluster.db_url.clone()]);
         }
+        // Every shard, so that retention sees an order's lines on every shard.
+        args.extend(cluster.shard_args());
         args.extend(self.allocator_args.iter().cloned());
         Ok(self.service(cluster, Role::Allocator, id, port, url, args, proxies))
     }
