@@ -265,6 +265,13 @@ async fn a_mover_killed_between_copy_and_retire_then_cancelled_leaves_no_target_
     allocator::shard::move_partition_with(&c.shards, 2, &s("s1"), &stop_after(MoveState::Copied))
         .await
         .expect_err("stopped");
+    // `allocator shards status` lists it: copied, attempt 1, no mover at work.
+    let listed = allocator::shard::in_flight(&c.db0).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let m = &listed[0];
+    assert_eq!((m.partition, m.state, m.attempt), (2, MoveState::Copied, 1));
+    assert_eq!((m.from.as_str(), m.to.as_str()), ("s0", "s1"));
+    assert!(!m.claimed, "no mover holds the claim");
     // Cancelling by moving it to the shard the map names is refused: the move is in flight.
     let back = allocator::shard::move_partition(&c.shards, 2, &s("s0"))
         .await
