@@ -180,7 +180,9 @@ if [[ -n "$COMPARE" ]]; then
 fi
 mkdir -p "$BENCH_DIR"
 RESULTS="$BENCH_DIR/results.tsv"
+STAGES="$BENCH_DIR/stages.tsv"
 : >"$RESULTS"
+: >"$STAGES"
 FAILED=0
 START=$SECONDS
 
@@ -237,6 +239,8 @@ use_cluster() {
 psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 # shellcheck source=ops/bench/ab.sh
 source "$BENCH_SQL/ab.sh"
+# shellcheck source=ops/bench/stages.sh
+source "$BENCH_SQL/stages.sh"
 ALLOCATOR_BIN="${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}"
 ROUTER_BIN="${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"
 if [[ -n "$RELAY" ]]; then
@@ -349,6 +353,7 @@ loadtest_row() {
         FAILED=1
         return 0
     fi
+    if [[ -n "$rate" ]]; then stages_scrape "$BENCH_DIR/$name.stages0"; fi
     run_child "$LOADTEST" run --target "$url" --skus "$skus" --prefix "$prefix" --skew "$skew" \
         --duration-secs "$DURATION" --confirm-ratio 0 --release-ratio 0 \
         --snapshot-max 0 --progress-secs 0 --seed 42 --json-out "$BENCH_DIR/$name.json" \
@@ -364,6 +369,11 @@ loadtest_row() {
             (if .invariants.ok then "OK" else "FAILED" end),
             (if .pacing then "late \(.pacing.started_late), not started \(.pacing.not_started)" else "" end)] | @tsv' \
             "$BENCH_DIR/$name.json" >>"$RESULTS"
+        if [[ -n "$rate" ]]; then
+            stages_scrape "$BENCH_DIR/$name.stages1"
+            stages_record "$label, $load" "$BENCH_DIR/$name.stages0" "$BENCH_DIR/$name.stages1" \
+                "$(jq -r '.ops.reserve.latency.mean_ms // ""' "$BENCH_DIR/$name.json")"
+        fi
         ((rc == 0)) || { FAILED=1; cat "$BENCH_DIR/$name.txt" >&2; }
     else
         err "$system $workload: loadtest failed (exit $rc): $(tail -n 3 "$BENCH_DIR/$name.err")"
@@ -435,6 +445,7 @@ TABLE="$BENCH_DIR/table.md"
     echo "1 allocator + 1 router, $(nproc 2>/dev/null || echo '?') CPUs shared by servers and load generators."
     echo
     awk -F'\t' -v skus="$SKUS" -f "$BENCH_SQL/table.awk" "$RESULTS"
+    stages_table
 } >"$TABLE"
 echo
 cat "$TABLE"

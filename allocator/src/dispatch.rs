@@ -7,7 +7,8 @@
 //! requests behind a slow partition. Errors are the worker's own ([`WorkError`]); turning them
 //! into HTTP answers (and looking up who owns a partition instead) is the caller's job.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -15,6 +16,7 @@ use crate::fenced::{Command, Outcome};
 use crate::lease::FenceToken;
 use crate::metrics as m;
 use crate::replica::ownership::{Ownership, Placement};
+use crate::stages::{Mark, Stamps};
 use crate::work::{WorkError, WorkItem};
 
 /// One command for one partition.
@@ -28,6 +30,8 @@ pub struct Dispatch {
     pub command: Command,
     /// How long to wait for the worker's answer.
     pub timeout: Duration,
+    /// The request's stage marks (`crate::stages`).
+    pub stamps: Arc<Stamps>,
 }
 
 /// Queue `dispatch.command` on the owning worker and wait for its outcome; the outcome comes
@@ -41,6 +45,7 @@ pub async fn dispatch(
         expected_epoch,
         command,
         timeout,
+        stamps,
     } = dispatch;
     let (token, sender) = match ownership.placement(partition) {
         Placement::Owned { token, sender } => (token, sender),
@@ -58,7 +63,13 @@ pub async fn dispatch(
         return Err(WorkError::NotOwner { partition });
     }
     let (reply, answer) = oneshot::channel();
-    if sender.try_send(WorkItem { command, reply }).is_err() {
+    stamps.mark(Mark::Enqueued, Instant::now());
+    let item = WorkItem {
+        command,
+        reply,
+        stamps,
+    };
+    if sender.try_send(item).is_err() {
         metrics::counter!(m::QUEUE_REJECTIONS).increment(1);
         return Err(WorkError::Unavailable {
             partition,

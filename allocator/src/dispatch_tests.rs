@@ -43,6 +43,7 @@ fn request(command: Command, expected_epoch: Option<i64>) -> Dispatch {
         expected_epoch,
         command,
         timeout: Duration::from_secs(5),
+        stamps: Default::default(),
     }
 }
 

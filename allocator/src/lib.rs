@@ -23,7 +23,7 @@
 //! relay it runs under its lease).
 //!
 //! Beside them: [`app`] wires everything together; [`clock`], [`config`], [`sessions`], [`error`],
-//! [`faults`], [`hint_publisher`] and [`metrics`] are leaves. Signals, logs, request ids, pool settings
+//! [`faults`], [`hint_publisher`], [`metrics`] and [`stages`] are leaves. Signals, logs, request ids, pool settings
 //! and the problems of requests no handler sees come from the `edge` crate, shared with the router.
 pub mod api;
 pub mod app;
@@ -46,5 +46,6 @@ pub mod sessions;
 pub mod settlement;
 pub mod shard;
 pub mod singleton;
+pub mod stages;
 pub mod work;
 pub mod worker;

@@ -22,8 +22,12 @@ pub const GROUP_PARTITIONS: &str = "allocator_group_partitions";
 /// Queued commands dropped because their caller had already given up.
 pub const ABANDONED_COMMANDS: &str = "allocator_abandoned_commands_total";
 pub const DB_TRANSACTION_DURATION: &str = "allocator_db_transaction_duration_seconds";
-/// Group statements the commit lanes may run at once right now: it rises while statements stay
-/// quick and batches wait, and falls when the database slows down (DESIGN.md §6).
+/// Histogram: seconds a written request spent in each `stage` (`admission`, `queue`, `batch`,
+/// `lane`, `statement`, `answer`; see `crate::stages`); the stages tile the request, so their
+/// means add up to the mean request latency.
+pub const STAGE_DURATION: &str = "allocator_stage_duration_seconds";
+/// Group statements the commit lanes may run at once right now: every lane while statements are
+/// as quick as on a quiet database, fewer when they slow down measurably (DESIGN.md §6).
 pub const COMMIT_CONCURRENCY: &str = "allocator_commit_concurrency";
 /// Fenced batch statements by `path`: `set` (the set-based reserve statement wrote the group),
 /// `fallback` (it could not decide every reserve and wrote nothing), `function`
@@ -138,6 +142,11 @@ pub const TABLE_HOT_UPDATES: &str = "allocator_table_hot_updates";
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
 ];
+/// Stage buckets (seconds): finer than the request's below a millisecond, where most stages
+/// of an unloaded replica fall.
+pub const STAGE_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+];
 /// Vacancy: a hand-off announced by notification (milliseconds) up to expiry after a crash
 /// (about the lease TTL) and longer outages.
 const VACANCY_BUCKETS: &[f64] = &[
@@ -150,6 +159,7 @@ const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 const BUCKETS: &[edge::metrics::Buckets] = &[
     (HTTP_REQUEST_DURATION, LATENCY_BUCKETS),
     (DB_TRANSACTION_DURATION, LATENCY_BUCKETS),
+    (STAGE_DURATION, STAGE_BUCKETS),
     (BATCH_SIZE, BATCH_BUCKETS),
     (GROUP_PARTITIONS, BATCH_BUCKETS),
     (LEASE_VACANCY, VACANCY_BUCKETS),

@@ -4,9 +4,12 @@
 //! queue) and the dispatcher (which fills it) share the queue's item type without depending on
 //! how a worker runs its batches.
 
+use std::sync::Arc;
+
 use tokio::sync::oneshot;
 
 use crate::fenced::{Command, Outcome};
+use crate::stages::Stamps;
 
 /// One command for a partition and where its answer goes.
 pub struct WorkItem {
@@ -14,6 +17,9 @@ pub struct WorkItem {
     /// Dropped unanswered only if the worker dies mid-batch; the caller reads that as "not
     /// owner", because the lease is given up when a worker dies.
     pub reply: oneshot::Sender<Result<Outcome, WorkError>>,
+    /// The request's stage marks: the worker sets when it took the command and copies in its
+    /// batch's hand-over and statement.
+    pub stamps: Arc<Stamps>,
 }
 
 impl std::fmt::Debug for WorkItem {

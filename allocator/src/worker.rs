@@ -28,6 +28,7 @@ use crate::error::DbFailure;
 use crate::fenced::{Command, Fence, FencedError, Outcome};
 use crate::lease::state::LossCause;
 use crate::metrics as m;
+use crate::stages::{Mark, Stamps};
 use crate::work::{WorkError, WorkItem};
 
 /// What every worker shares.
@@ -137,6 +138,7 @@ impl Worker {
         if job.reply.is_closed() {
             metrics::counter!(m::ABANDONED_COMMANDS).increment(1);
         } else {
+            job.stamps.mark(Mark::Admitted, Instant::now());
             batch.push(job);
         }
     }
@@ -177,7 +179,12 @@ impl Worker {
             });
         }
         commands.extend(batch.iter().map(|j| j.command.clone()));
-        match self.execute(commands).await {
+        let stamps = Stamps::default();
+        let executed = self.execute(commands, &stamps).await;
+        for job in &batch {
+            job.stamps.absorb_batch(&stamps);
+        }
+        match executed {
             Ok(mut outcomes) => {
                 let drained = if sweep {
                     match outcomes.remove(0) {
@@ -196,10 +203,12 @@ impl Worker {
             Err(error) if batch.len() > 1 && matches!(error, WorkError::Storage { .. }) => {
                 // One command tripped over something unexpected; do not let it fail the others.
                 for job in batch {
+                    let stamps = Stamps::default();
                     let result = self
-                        .execute(vec![job.command.clone()])
+                        .execute(vec![job.command.clone()], &stamps)
                         .await
                         .map(|mut o| o.remove(0));
+                    job.stamps.absorb_batch(&stamps);
                     if let Ok(outcome) = &result {
                         record(&job.command, outcome);
                     }
@@ -233,14 +242,21 @@ impl Worker {
     }
 
     /// One fenced statement through the group committer, bounded by the lease's safe deadline
-    /// and by cancellation.
-    async fn execute(&mut self, commands: Vec<Command>) -> Result<Vec<Outcome>, WorkError> {
+    /// and by cancellation; `stamps` gets the batch's hand-over and its statement's marks.
+    async fn execute(
+        &mut self,
+        commands: Vec<Command>,
+        stamps: &Stamps,
+    ) -> Result<Vec<Outcome>, WorkError> {
         let partition = self.fence.token.partition;
         // Not worth queueing while the tenure cannot write; the lane asks again before it runs.
         self.deadline()?;
         let (reply, answer) = oneshot::channel();
         let claim = Arc::new(Claim::default());
+        let batch_stamps = Arc::new(Stamps::default());
+        batch_stamps.mark(Mark::Submitted, Instant::now());
         let submission = Submission {
+            stamps: batch_stamps.clone(),
             fence: self.fence.clone(),
             authority: self.authority.clone(),
             commands,
@@ -281,6 +297,7 @@ impl Worker {
                 }),
             },
         };
+        stamps.absorb_batch(&batch_stamps);
         self.solo = matches!(
             result,
             Err(WorkError::Unavailable { .. } | WorkError::Storage { .. })

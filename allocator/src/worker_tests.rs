@@ -76,7 +76,11 @@ fn send(worker: &WorkerHandle, command: Command) -> Answer {
     let (reply, answer) = oneshot::channel();
     worker
         .sender
-        .try_send(WorkItem { command, reply })
+        .try_send(WorkItem {
+            command,
+            reply,
+            stamps: Default::default(),
+        })
         .expect("queue has room");
     answer
 }

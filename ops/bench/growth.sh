@@ -3,10 +3,12 @@
 # durable PostgreSQL (fsync and synchronous commit on, shared_buffers GROWTH_SHARED_BUFFERS):
 #
 #   1. growth: closed-loop uniform reserves (`loadtest run`, GROWTH_CONCURRENCY clients, fresh
-#      SKUs) straight to one allocator, first on the empty cluster, then after GROWTH_HISTORY
+#      SKUs) straight to one allocator, on an empty database and on one holding GROWTH_HISTORY
 #      historical reservations (random UUID ids, as clients send, all four terminal states,
 #      changed within the last day so inside the default horizon) and their ledger rows (two
-#      each) were loaded into the same database; prints both rates and their ratio.
+#      each), both in the same server; GROWTH_ROUNDS rounds alternate them (empty, grown,
+#      empty, grown, ...) so a machine whose load drifts weighs on both alike; prints every
+#      round's rates and ratio, and the median ratio with the spread of the rounds.
 #   2. steady: a fresh database whose ledger is partitioned by GROWTH_PARTITION_SPAN_SECS, an
 #      allocator with --idempotency-horizon-secs GROWTH_HORIZON_SECS, settlement windows of
 #      GROWTH_WINDOW_SECS and (GROWTH_ARCHIVE=1) --ledger-archive-dir, open-loop reserves at
@@ -29,7 +31,7 @@
 # makes of a 50-million-row load) in the table and in $GROWTH_DIR/load.txt.
 #
 # Knobs (environment): GROWTH_HISTORY (2000000; the full run is 50000000, about 30 GB), GROWTH_DURATION
-# (15 s per growth row), GROWTH_CONCURRENCY (64), GROWTH_SKUS (10000), GROWTH_PARTITIONS (16),
+# (15 s per growth row), GROWTH_ROUNDS (3), GROWTH_CONCURRENCY (64), GROWTH_SKUS (10000), GROWTH_PARTITIONS (16),
 # GROWTH_SHARED_BUFFERS (256MB), GROWTH_HORIZON_SECS (20), GROWTH_STEADY_SECS (180),
 # GROWTH_STEADY_RATE (500), GROWTH_PARTITION_SPAN_SECS (10), GROWTH_WINDOW_SECS (5),
 # GROWTH_ARCHIVE (1), GROWTH_DIR (.cluster/growth), GROWTH_SKIP_BUILD=1.
@@ -42,6 +44,7 @@ only_help_flag "${BASH_SOURCE[0]}" "$@"
 
 HISTORY="${GROWTH_HISTORY:-2000000}"
 DURATION="${GROWTH_DURATION:-15}"
+ROUNDS="${GROWTH_ROUNDS:-3}"
 CONCURRENCY="${GROWTH_CONCURRENCY:-64}"
 SKUS="${GROWTH_SKUS:-10000}"
 PARTITIONS="${GROWTH_PARTITIONS:-16}"
@@ -60,7 +63,7 @@ STOCK=1000000000
 CHUNK=500000
 
 [[ "$ARCHIVE" == 0 || "$ARCHIVE" == 1 ]] || die "GROWTH_ARCHIVE must be 0 or 1, got '$ARCHIVE'"
-for v in HISTORY DURATION CONCURRENCY SKUS PARTITIONS HORIZON STEADY_SECS STEADY_RATE SPAN WINDOW; do
+for v in HISTORY DURATION ROUNDS CONCURRENCY SKUS PARTITIONS HORIZON STEADY_SECS STEADY_RATE SPAN WINDOW; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "GROWTH_$v must be a positive integer, got '${!v}'"
 done
 ((STEADY_SECS >= 3 * HORIZON)) || die "GROWTH_STEADY_SECS must be at least 3 x GROWTH_HORIZON_SECS"
@@ -81,6 +84,7 @@ rm -rf "$DIR"/row* "$DIR/steady.tsv" "$DIR/health.md" "$DIR/load.txt" "$DIR/arch
 step "private durable PostgreSQL, shared_buffers=$SHARED_BUFFERS"
 bench_services_up allocator_growth "-c shared_buffers=$SHARED_BUFFERS -c max_connections=300"
 STEADY_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_steady"
+EMPTY_URL="postgres://postgres@127.0.0.1:$PG_PORT/allocator_empty"
 
 # start_allocator URL NAME FLAGS...: one replica owning every partition of URL's cluster
 # (migrated with MIGRATE_FLAGS, an array, if set).
@@ -96,18 +100,21 @@ seed() {
     "$LOADTEST" partitions --prefix "$2" --skus "$SKUS" --partitions "$PARTITIONS" \
         | psql_db "$1" -v stock="$STOCK" -f "$OPS_DIR/bench/seed.sql" >/dev/null
 }
-# growth_row NAME PREFIX: closed-loop uniform reserves on fresh SKUs; prints reserves/s.
+# growth_row NAME PREFIX URL: closed-loop uniform reserves on fresh SKUs of URL's database, served
+# by an allocator started for the row; sets RATE (reserves/s).
 growth_row() {
     local out="$DIR/row_$1"
-    seed "$DATABASE_URL" "$2"
-    psql_db -At "$DATABASE_URL" -c "SELECT pg_stat_reset()" >/dev/null
+    start_allocator "$3" growth
+    seed "$3" "$2"
+    psql_db -At "$3" -c "SELECT pg_stat_reset()" >/dev/null
     "$LOADTEST" run --target "$ALLOC_URL" --skus "$SKUS" --prefix "$2" --skew uniform \
         --concurrency "$CONCURRENCY" --duration-secs "$DURATION" --confirm-ratio 0 --release-ratio 0 \
         --snapshot-max 0 --progress-secs 0 --seed 42 --json-out "$out.json" >"$out.txt" 2>"$out.err" \
         || die "$1: loadtest failed: $(tail -n 3 "$out.err")"
     jq -e '.invariants.ok' "$out.json" >/dev/null || die "$1: invariant checks failed"
-    health "$1"
-    jq '.reserves_per_sec | floor' "$out.json"
+    health "$1" "$3"
+    bench_stop_allocator
+    RATE="$(jq '.reserves_per_sec | floor' "$out.json")"
 }
 # load_history N: N terminal reservations with random UUID ids changed within the last day, and
 # two ledger rows each (reserve, then confirm or release), on SKUs the load never uses.
@@ -166,11 +173,11 @@ SQL
             n, l, s, t, n / s, l / s, 50000000 / (n / s) / 60 * t / s
     }' | tee "$DIR/load.txt"
 }
-# health ROW: the hot tables' updates, HOT ratio and dead tuples since the row began (the
+# health ROW URL: the hot tables' updates, HOT ratio and dead tuples since the row began (the
 # database's statistics are reset before each growth row), one Markdown line each.
 health() {
     sleep 1 # statistics reach the collector at the end of each transaction, within a second
-    psql_db -At -F $'\t' "$DATABASE_URL" -c "SELECT s.relname, n_tup_ins, n_tup_upd, n_tup_hot_upd,
+    psql_db -At -F $'\t' "$2" -c "SELECT s.relname, n_tup_ins, n_tup_upd, n_tup_hot_upd,
             round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1), 1), n_live_tup, n_dead_tup,
             autovacuum_count, coalesce(array_to_string(c.reloptions, ' '), 'defaults')
        FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
@@ -189,21 +196,22 @@ steady_sample() {
         pg_database_size(current_database())"
 }
 
-step "growth: uniform reserves, empty cluster"
-start_allocator "$DATABASE_URL" growth
-EMPTY="$(growth_row empty e)"
-[[ -n "$EMPTY" ]] || die "the empty row failed"
-info "empty: $EMPTY reserves/s"
-bench_stop_allocator
 step "growth: loading $HISTORY historical reservations and their ledger rows"
+"$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_empty
+for url in "$EMPTY_URL" "$DATABASE_URL"; do
+    "$ALLOCATOR" migrate --database-url "$url" --partitions "$PARTITIONS" >>"$DIR/migrate.log" 2>&1
+done
 load_history "$HISTORY"
 HISTORY_SIZE="$(size_of "$DATABASE_URL")"
-start_allocator "$DATABASE_URL" growth
-step "growth: uniform reserves, $HISTORY reservations of history ($HISTORY_SIZE)"
-LOADED="$(growth_row history h)"
-[[ -n "$LOADED" ]] || die "the history row failed"
-info "history: $LOADED reserves/s"
-bench_stop_allocator
+EMPTY=() LOADED=()
+for ((round = 1; round <= ROUNDS; round++)); do
+    step "growth round $round/$ROUNDS: uniform reserves, empty database, then $HISTORY reservations of history ($HISTORY_SIZE)"
+    growth_row "empty-$round" "e$round" "$EMPTY_URL"
+    EMPTY+=("$RATE")
+    growth_row "history-$round" "h$round" "$DATABASE_URL"
+    LOADED+=("$RATE")
+    info "round $round: empty ${EMPTY[-1]} reserves/s, history ${LOADED[-1]} reserves/s"
+done
 
 step "steady: horizon ${HORIZON}s, ledger partitions of ${SPAN}s (archival $([[ $ARCHIVE == 1 ]] && echo on || echo off)), $STEADY_RATE reserves/s for ${STEADY_SECS}s"
 "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_steady
@@ -233,9 +241,14 @@ bench_stop_allocator
 {
     echo "| run | figure |"
     echo "| --- | --- |"
-    echo "| uniform reserves/s, empty cluster | $EMPTY |"
-    echo "| uniform reserves/s, $HISTORY reservations of history ($HISTORY_SIZE database) | $LOADED |"
-    awk -v e="$EMPTY" -v h="$LOADED" 'BEGIN { printf "| history / empty | %.2fx |\n", h / e }'
+    for ((i = 0; i < ROUNDS; i++)); do
+        awk -v r="$((i + 1))" -v e="${EMPTY[i]}" -v h="${LOADED[i]}" -v n="$HISTORY" -v size="$HISTORY_SIZE" \
+            'BEGIN { printf "| round %d: uniform reserves/s, empty / %d reservations of history (%s) | %d / %d = %.2fx |\n", r, n, size, e, h, h / e }'
+    done
+    # The median ratio of the rounds, and their spread (lowest and highest).
+    for ((i = 0; i < ROUNDS; i++)); do echo "${LOADED[i]} ${EMPTY[i]}"; done | awk '{ print $1 / $2 }' | sort -g \
+        | awk '{ r[NR] = $1 } END { m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
+            printf "| history / empty, median of %d alternating rounds (lowest - highest) | %.2fx (%.2fx - %.2fx) |\n", NR, m, r[1], r[NR] }'
     [[ -s "$DIR/load.txt" ]] && echo "| $(cat "$DIR/load.txt") |"
     awk -F '\t' -v hz="$HORIZON" -v archive="$ARCHIVE" '
         NR > 1 { t[NR] = $1; b[NR] = $2; l[NR] = $3; lb[NR] = $5; lp[NR] = $6; ap[NR] = $7; d[NR] = $8; n = NR }

@@ -21,6 +21,8 @@
 //!   classification rules).
 //! * [`orders`] turns a multi-line order into deterministic per-line reservations, all or none.
 //! * [`routes`] is the HTTP surface, [`app`] wires everything and owns the shutdown signal.
+//! * [`stages`] times each forwarded request's stages (accept, map, connect, upstream, retry,
+//!   reply) for the stage histograms and the `Server-Timing` header.
 //! * [`console`] serves people: the API document and its page, and the live operations page.
 //!
 //! The binary (`src/main.rs`) only parses the command line, sets up logging and runs
@@ -41,6 +43,7 @@ pub mod poll;
 pub mod retry;
 pub mod routes;
 pub mod settlement;
+pub mod stages;
 pub mod state;
 pub mod upstream;
 

@@ -18,6 +18,9 @@ pub const RETRIES_TOTAL: &str = "router_retries_total";
 /// Latency of one upstream attempt (connect to full response), including failed attempts.
 pub const UPSTREAM_LATENCY_SECONDS: &str = "router_upstream_latency_seconds";
 /// Time from receiving a request to having an upstream answer or giving up, retries included.
+/// Histogram: seconds a forwarded request spent in each `stage` (`accept`, `map`, `connect`,
+/// `upstream`, `retry`, `reply`; see `crate::stages`); the stages tile the request.
+pub const STAGE_DURATION_SECONDS: &str = "router_stage_duration_seconds";
 pub const FORWARD_DURATION_SECONDS: &str = "router_forward_duration_seconds";
 /// Revision of the assignment map the router routes by: with several shards the highest over
 /// them (revisions of two shards are not comparable; [`SHARD_ASSIGNMENT_REVISION`] is exact).
@@ -92,6 +95,11 @@ pub const FORWARD_DURATION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Buckets for the stages: most are well under a millisecond, the upstream call a few.
+pub const STAGE_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+];
+
 /// Why the assignment map was re-read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefreshCause {
@@ -160,6 +168,7 @@ impl ForwardOutcome {
 const BUCKETS: &[edge::metrics::Buckets] = &[
     (UPSTREAM_LATENCY_SECONDS, UPSTREAM_LATENCY_BUCKETS),
     (FORWARD_DURATION_SECONDS, FORWARD_DURATION_BUCKETS),
+    (STAGE_DURATION_SECONDS, STAGE_BUCKETS),
 ];
 
 static EXPORTER: Exporter = Exporter::new(BUCKETS, Some(describe));
@@ -173,6 +182,10 @@ pub fn install() -> PrometheusHandle {
 fn describe() {
     describe_counter!(FORWARDS_TOTAL, "forwarded client requests by final outcome");
     describe_counter!(RETRIES_TOTAL, "upstream attempts retried, by cause");
+    describe_histogram!(
+        STAGE_DURATION_SECONDS,
+        "seconds a forwarded request spent in each stage; the stages tile the request"
+    );
     describe_histogram!(
         UPSTREAM_LATENCY_SECONDS,
         metrics::Unit::Seconds,

@@ -21,8 +21,11 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -64,6 +67,31 @@ impl SendError {
     }
 }
 
+/// The TCP connector, timed: what opening a connection took is the request's `connect` stage
+/// ([`crate::stages`]) when it is opened on the request's task.
+#[derive(Clone)]
+pub struct TimedConnector(HttpConnector);
+
+impl tower_service::Service<http::Uri> for TimedConnector {
+    type Response = <HttpConnector as tower_service::Service<http::Uri>>::Response;
+    type Error = <HttpConnector as tower_service::Service<http::Uri>>::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let connect = self.0.call(uri);
+        Box::pin(async move {
+            let started = Instant::now();
+            let connection = connect.await;
+            crate::stages::connecting(started.elapsed());
+            connection
+        })
+    }
+}
+
 /// One per router, shared by all HTTP workers; each thread that sends through it gets a pool of
 /// its own.
 ///
@@ -88,8 +116,8 @@ pub struct UpstreamClient {
 /// A thread's pool: plain, or able to speak TLS (`https://`) as well as plain HTTP.
 #[derive(Clone)]
 enum Pooled {
-    Plain(Client<HttpConnector, Full<Bytes>>),
-    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
+    Plain(Client<TimedConnector, Full<Bytes>>),
+    Tls(Client<HttpsConnector<TimedConnector>, Full<Bytes>>),
 }
 
 thread_local! {
@@ -138,7 +166,7 @@ impl UpstreamClient {
                         .pool_idle_timeout(self.idle_timeout)
                         .pool_max_idle_per_host(self.max_idle);
                     match &self.tls {
-                        None => Pooled::Plain(builder.build(connector)),
+                        None => Pooled::Plain(builder.build(TimedConnector(connector))),
                         Some(config) => {
                             // The TLS connector wraps the plain one, so https:// URLs are
                             // not refused by the inner connector's scheme check. It refuses
@@ -149,7 +177,7 @@ impl UpstreamClient {
                                 .with_tls_config(config.clone())
                                 .https_only()
                                 .enable_http1()
-                                .wrap_connector(connector);
+                                .wrap_connector(TimedConnector(connector));
                             Pooled::Tls(builder.build(https))
                         }
                     }

@@ -6,6 +6,7 @@
 //! * [`signals`]: waiting for SIGTERM/SIGINT to start a graceful shutdown;
 //! * [`telemetry`]: JSON logs through `tracing` (DESIGN.md §10);
 //! * [`request_id`]: the `X-Request-Id` middleware and the request's id on its task;
+//! * [`timing`]: a request's stage breakdown as a `Server-Timing` header;
 //! * [`metrics`]: the Prometheus exporter, installed once with each service's bucket table, and
 //!   its upkeep timer (the metric names stay in each service's `metrics.rs`);
 //! * [`pg`]: pooled PostgreSQL sessions behind the storage fence, with the same connect timeout,
@@ -22,5 +23,6 @@ pub mod problem;
 pub mod request_id;
 pub mod signals;
 pub mod telemetry;
+pub mod timing;
 
 pub use allocator_client::backoff::{self, Backoff};

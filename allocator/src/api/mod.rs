@@ -96,6 +96,7 @@ impl AppState {
                 expected_epoch,
                 command,
                 timeout: self.request_timeout,
+                stamps: crate::stages::of(request),
             },
         )
         .await;
@@ -233,9 +234,13 @@ pub fn app(
         .wrap_fn(|request, service| {
             let started = Instant::now();
             let route = route_label(&request);
-            service.call(request).map(move |result| {
-                let status = match &result {
-                    Ok(response) => response.status().as_u16(),
+            crate::stages::begin(&request, started);
+            service.call(request).map(move |mut result| {
+                let status = match &mut result {
+                    Ok(response) => {
+                        crate::stages::finish(response, Instant::now());
+                        response.status().as_u16()
+                    }
                     Err(error) => error.as_response_error().status_code().as_u16(),
                 };
                 metrics::histogram!(m::HTTP_REQUEST_DURATION, "route" => route, "status" => status_label(status))

@@ -253,6 +253,7 @@ pub async fn submit(
         commands,
         solo,
         claim: claim.clone(),
+        stamps: Default::default(),
         reply,
     };
     assert!(committer.submit(submission).await.is_ok(), "lanes running");

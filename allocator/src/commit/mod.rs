@@ -8,11 +8,11 @@
 //! commands, this turns many small commits into one. A lane never waits to fill a group: a batch
 //! that finds a lane free runs at once, alone if nothing else is queued.
 //!
-//! How many statements run at once adapts to the load ([`concurrency`]): between the CPU count
-//! and the number of lanes, growing while statements stay quick and batches wait for a lane,
-//! shrinking when statements slow down because the database is busy. So at ordinary load a lone
-//! batch never waits behind another statement, and under load batches queue and share fewer,
-//! larger statements, whose fixed cost is what a busy database saves on.
+//! How many statements run at once adapts to the load ([`concurrency`]): every lane may run
+//! while statements come back as fast as on a quiet database, so a ready batch never waits
+//! behind an idle lane; only when statements slow down measurably (the database is busy) does
+//! the limit shrink, towards the CPU count, and batches queue and share fewer, larger
+//! statements, whose fixed cost is what a busy database saves on.
 //!
 //! One tenure per partition per group. A batch waits in the queue while its partition's tenure may
 //! end (a stall, a refused renewal) and the partition be taken again, by this replica too: the
@@ -47,6 +47,7 @@ use crate::authority::{PartitionAuthority, Withheld};
 use crate::fenced::{Command, Fence, FencedError, Outcome, PartitionBatch};
 use crate::lease::FenceToken;
 use crate::metrics as m;
+use crate::stages::{Mark, Stamps};
 
 /// One partition's batch waiting for a lane.
 #[derive(Debug)]
@@ -62,6 +63,8 @@ pub struct Submission {
     pub solo: bool,
     /// Taken by a lane or withdrawn by the worker, exactly once.
     pub claim: Arc<Claim>,
+    /// The batch's stage marks: the lane sets when its statement started and answered.
+    pub stamps: Arc<Stamps>,
     pub reply: oneshot::Sender<Result<Vec<Outcome>, CommitError>>,
 }
 
@@ -119,8 +122,8 @@ pub enum CommitError {
 pub struct CommitSettings {
     /// Most concurrent group transactions (each holds one pooled connection while it runs).
     pub lanes: std::num::NonZeroUsize,
-    /// Concurrent group transactions allowed however busy the database is (see
-    /// [`concurrency`]); at most `lanes`.
+    /// Concurrent group transactions allowed however busy the database is: the floor the limit
+    /// backs off to (see [`concurrency`]); at most `lanes`.
     pub min_lanes: std::num::NonZeroUsize,
     /// Most partitions in one group; 1 turns group commit off.
     pub max_partitions: usize,
@@ -160,7 +163,7 @@ impl Committer {
             settings.min_lanes.get(),
             settings.lanes.get(),
         )));
-        metrics::gauge!(m::COMMIT_CONCURRENCY).set(settings.min_lanes.get() as f64);
+        metrics::gauge!(m::COMMIT_CONCURRENCY).set(settings.lanes.get() as f64);
         let lanes = (0..settings.lanes.get())
             .map(|_| {
                 let lane = Lane {
@@ -287,12 +290,19 @@ impl Lane {
         }
         metrics::histogram!(m::GROUP_PARTITIONS).record(group.len() as f64);
         let started = Instant::now();
+        for submission in &group {
+            submission.stamps.mark(Mark::Started, started);
+        }
         let result = {
             let batches: Vec<PartitionBatch<'_>> = group.iter().map(Submission::batch).collect();
             let set_based = self.settings.set_based_reserves;
             self.statements.run(&batches, set_based, deadline).await
         };
-        metrics::histogram!(m::DB_TRANSACTION_DURATION).record(started.elapsed().as_secs_f64());
+        let ran = Instant::now();
+        metrics::histogram!(m::DB_TRANSACTION_DURATION).record((ran - started).as_secs_f64());
+        for submission in &group {
+            submission.stamps.mark(Mark::Ran, ran);
+        }
         match result {
             Ok(results) => {
                 for (submission, result) in group.into_iter().zip(results) {

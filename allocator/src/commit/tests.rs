@@ -302,3 +302,31 @@ async fn a_solo_batch_found_first_runs_alone_and_what_queued_behind_it_forms_the
     }
     assert_eq!(statements.groups_after_first(), vec![vec![1], vec![2, 3]]);
 }
+
+/// Two lanes (at least one always open): a batch that arrives while the other lane's statement
+/// runs takes the idle lane at once, before the first statement answers.
+#[tokio::test]
+async fn a_lone_batch_is_not_queued_behind_an_idle_lane() {
+    let mut settings = settings();
+    settings.lanes = std::num::NonZeroUsize::new(2).unwrap();
+    let (statements, mut started) = FakeStatements::new();
+    let authority = FakeAuthority::new();
+    let open = statements.hold(0);
+    let (committer, _lanes) = Committer::spawn_with(statements.clone(), settings);
+    let (_, first) = submit(&committer, &authority, tenure(0), vec![reserve("a")], false).await;
+    assert_eq!(
+        started.recv().await,
+        Some(vec![0]),
+        "the first lane is busy"
+    );
+    let (_, lone) = submit(&committer, &authority, tenure(1), vec![reserve("b")], false).await;
+    let second = tokio::time::timeout(Duration::from_secs(5), started.recv()).await;
+    assert_eq!(
+        second.ok().flatten(),
+        Some(vec![1]),
+        "the lone batch ran beside the held statement"
+    );
+    answered(lone).await.expect("committed");
+    drop(open);
+    answered(first).await.expect("committed");
+}

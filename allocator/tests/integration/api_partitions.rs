@@ -100,3 +100,60 @@ async fn a_partition_owned_elsewhere_is_421_naming_the_owner() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A written request records every stage it passed (DESIGN.md §10): its `Server-Timing` header
+/// names the six stages in order, and the stage histograms count it; a read records none.
+#[tokio::test]
+async fn a_reserve_records_its_stages() {
+    let (replica, _db) = single_replica().await;
+    let base = &replica.url;
+    restock(base, "st-sku", 5).await;
+    let response = http()
+        .post(format!("{base}/v1/reservations"))
+        .json(&serde_json::json!({"reservation_id": "st-1", "sku": "st-sku", "quantity": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let timing = response
+        .headers()
+        .get("server-timing")
+        .expect("a Server-Timing header")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let names: Vec<&str> = timing
+        .split(", ")
+        .map(|entry| entry.split(";dur=").next().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["admission", "queue", "batch", "lane", "statement", "answer"],
+        "{timing}"
+    );
+    let read = http()
+        .get(format!("{base}/v1/inventory/st-sku"))
+        .send()
+        .await
+        .unwrap();
+    assert!(read.headers().get("server-timing").is_none());
+    // Histogram samples are folded into the rendered output on a timer.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let metrics = metrics_text(base).await;
+        let counted = metrics.lines().any(|line| {
+            line.starts_with("allocator_stage_duration_seconds_count{")
+                && line.contains("stage=\"statement\"")
+                && line.split(' ').nth(1).and_then(|n| n.parse::<f64>().ok()) >= Some(1.0)
+        });
+        if counted {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no statement stage counted:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    replica.stop().await;
+}

@@ -97,7 +97,12 @@ where
                 Ok(response) => response.status(),
                 Err(error) => error.as_response_error().status_code(),
             };
-            traffic.record(started, started.elapsed(), status.is_server_error());
+            let stages = result.as_ref().ok().and_then(|response| {
+                actix_web::HttpMessage::extensions(response.request())
+                    .get::<crate::stages::Times>()
+                    .copied()
+            });
+            traffic.record(started, started.elapsed(), status.is_server_error(), stages);
         }
         result
     })

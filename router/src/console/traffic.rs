@@ -10,6 +10,9 @@
 //! seconds. A slot is reused when its second comes round again, so memory is fixed (60 slots of a
 //! few hundred bytes) whatever the request rate.
 //!
+//! Each slot also sums the stage times of the forwarded requests it counts
+//! ([`crate::stages`]), so the page shows where the last minute's time went, stage by stage.
+//!
 //! One `std::sync::Mutex` guards the ring. It is held for a few array writes, never across an
 //! `.await`, so it does not block the executor; at the request rates a router sees it is far from
 //! contended, and a sharded or atomic design would only make the snapshot harder to read.
@@ -18,6 +21,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+
+use crate::stages::{Stage, Times};
 
 /// How many seconds the ring covers.
 pub const WINDOW_SECONDS: usize = 60;
@@ -35,6 +40,10 @@ struct Slot {
     requests: u64,
     errors: u64,
     histogram: [u32; BUCKETS + 1],
+    /// Forwarded requests with stage times, and their stage times summed (µs, [`Stage::ALL`]
+    /// order).
+    staged: u64,
+    stage_us: [u64; 6],
 }
 
 const EMPTY: Slot = Slot {
@@ -42,6 +51,8 @@ const EMPTY: Slot = Slot {
     requests: 0,
     errors: 0,
     histogram: [0; BUCKETS + 1],
+    staged: 0,
+    stage_us: [0; 6],
 };
 
 /// The last minute of requests.
@@ -75,6 +86,17 @@ pub struct TrafficSnapshot {
     pub requests_per_second: f64,
     /// 99th percentile latency over the whole window, in milliseconds.
     pub p99_ms: Option<f64>,
+    /// Mean time per forwarded request in each stage over the window, in stage order; their sum
+    /// is the forwarded requests' mean latency.
+    pub stages: Vec<StageMean>,
+}
+
+/// One stage of [`TrafficSnapshot::stages`].
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StageMean {
+    pub stage: &'static str,
+    /// `None` without forwarded requests in the window.
+    pub mean_ms: Option<f64>,
 }
 
 impl Default for Traffic {
@@ -99,8 +121,15 @@ impl Traffic {
         at.saturating_duration_since(self.started).as_secs()
     }
 
-    /// Count one answered request that started at `started` and took `latency`.
-    pub fn record(&self, started: Instant, latency: Duration, server_error: bool) {
+    /// Count one answered request that started at `started` and took `latency`, with its stage
+    /// times if it was forwarded.
+    pub fn record(
+        &self,
+        started: Instant,
+        latency: Duration,
+        server_error: bool,
+        stages: Option<Times>,
+    ) {
         let second = self.second_at(started);
         let bucket = bucket_of(latency);
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
@@ -111,6 +140,12 @@ impl Traffic {
         slot.requests += 1;
         slot.errors += u64::from(server_error);
         slot.histogram[bucket] += 1;
+        if let Some(Times(times)) = stages {
+            slot.staged += 1;
+            for (sum, time) in slot.stage_us.iter_mut().zip(times) {
+                *sum += time.as_micros() as u64;
+            }
+        }
     }
 
     /// The window ending with the second that holds `now`.
@@ -121,9 +156,14 @@ impl Traffic {
         let mut total = [0u64; BUCKETS + 1];
         let mut seconds = Vec::with_capacity(WINDOW_SECONDS);
         let mut completed_requests = 0;
+        let (mut staged, mut stage_us) = (0u64, [0u64; 6]);
         for second in first..=current {
             let slot = slots[(second % WINDOW_SECONDS as u64) as usize];
             let slot = if slot.second == second { slot } else { EMPTY };
+            staged += slot.staged;
+            for (sum, us) in stage_us.iter_mut().zip(slot.stage_us) {
+                *sum += us;
+            }
             for (t, &c) in total.iter_mut().zip(&slot.histogram) {
                 *t += u64::from(c);
             }
@@ -145,6 +185,14 @@ impl Traffic {
             requests_per_second: completed_requests as f64 / completed as f64,
             p99_ms: quantile_ms(&total, 0.99),
             seconds,
+            stages: Stage::ALL
+                .iter()
+                .zip(stage_us)
+                .map(|(stage, us)| StageMean {
+                    stage: stage.as_str(),
+                    mean_ms: (staged > 0).then(|| (us as f64 / staged as f64).round() / 1000.0),
+                })
+                .collect(),
         }
     }
 }
@@ -211,10 +259,15 @@ mod tests {
         let t0 = traffic.started;
         // Second 0: 99 fast requests and one slow one; second 2: one 5xx.
         for _ in 0..99 {
-            traffic.record(t0, Duration::from_micros(900), false);
+            traffic.record(t0, Duration::from_micros(900), false, None);
         }
-        traffic.record(t0, Duration::from_millis(200), false);
-        traffic.record(t0 + Duration::from_secs(2), Duration::from_millis(3), true);
+        traffic.record(t0, Duration::from_millis(200), false, None);
+        traffic.record(
+            t0 + Duration::from_secs(2),
+            Duration::from_millis(3),
+            true,
+            None,
+        );
         let snap = traffic.snapshot(t0 + Duration::from_millis(2500));
         assert_eq!(snap.seconds.len(), 3);
         assert_eq!(snap.requests, 101);
@@ -234,12 +287,39 @@ mod tests {
     fn old_seconds_leave_the_window() {
         let traffic = Traffic::new();
         let t0 = traffic.started;
-        traffic.record(t0, Duration::from_millis(1), false);
+        traffic.record(t0, Duration::from_millis(1), false, None);
         let later = t0 + Duration::from_secs(WINDOW_SECONDS as u64 + 5);
-        traffic.record(later, Duration::from_millis(1), false);
+        traffic.record(later, Duration::from_millis(1), false, None);
         let snap = traffic.snapshot(later);
         assert_eq!(snap.seconds.len(), WINDOW_SECONDS);
         assert_eq!(snap.requests, 1);
         assert_eq!(snap.seconds.last().unwrap().requests, 1);
+    }
+
+    #[test]
+    fn stage_means_over_the_window() {
+        let traffic = Traffic::new();
+        let t0 = traffic.started;
+        let ms = Duration::from_millis;
+        let times = |upstream| Times([ms(1), ms(0), ms(0), ms(upstream), ms(0), ms(1)]);
+        traffic.record(t0, ms(4), false, Some(times(2)));
+        traffic.record(t0 + Duration::from_secs(1), ms(6), false, Some(times(4)));
+        // Not forwarded (a refusal): counted as traffic, not in the stages.
+        traffic.record(t0, ms(1), false, None);
+        let snap = traffic.snapshot(t0 + Duration::from_secs(1));
+        let means: Vec<_> = snap.stages.iter().map(|s| (s.stage, s.mean_ms)).collect();
+        assert_eq!(
+            means,
+            vec![
+                ("accept", Some(1.0)),
+                ("map", Some(0.0)),
+                ("connect", Some(0.0)),
+                ("upstream", Some(3.0)),
+                ("retry", Some(0.0)),
+                ("reply", Some(1.0)),
+            ]
+        );
+        let empty = Traffic::new().snapshot(t0);
+        assert!(empty.stages.iter().all(|s| s.mean_ms.is_none()));
     }
 }

@@ -34,6 +34,7 @@ use crate::assignment_cache::{AssignmentCache, Destination};
 use crate::error::RouterError;
 use crate::metrics::{self, ForwardOutcome, RefreshCause};
 use crate::retry::{give_up_status, AttemptFailure};
+use crate::stages::{self, Stage};
 use crate::upstream::UpstreamClient;
 use edge::Backoff;
 
@@ -45,6 +46,7 @@ pub use message::{Method, UpstreamRequest, UpstreamResponse, HEADER_SERVED_BY};
 /// shows the client (and tests) that the id reached the owner.
 const PASSTHROUGH_HEADERS: &[&str] = &[
     "content-type",
+    edge::timing::HEADER,
     HEADER_REPLAYED,
     "retry-after",
     HEADER_EPOCH,
@@ -95,6 +97,7 @@ impl Forwarder {
 
     /// Forward `req` to the partition's owner, retrying within the deadline.
     pub async fn forward(&self, req: &UpstreamRequest) -> Result<UpstreamResponse, RouterError> {
+        stages::advance(Stage::Accept);
         let started = Instant::now();
         let deadline = started + self.policy.deadline;
         let mut maybe_applied = false;
@@ -109,7 +112,11 @@ impl Forwarder {
                 Some(destination) => {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     let timeout = remaining.min(self.policy.attempt_timeout);
-                    match self.attempt(req, destination, timeout).await {
+                    let attempt = self.attempt(req, destination, timeout).await;
+                    if attempt.is_ok() {
+                        stages::advance(Stage::Upstream);
+                    }
+                    match attempt {
                         // The allocator refused this router's own credential: this attempt
                         // applied nothing, and it is not the client's token that is wrong, so
                         // the client must not see the allocator's 401/403 as its own. An
@@ -201,10 +208,12 @@ impl Forwarder {
 
             let delay = self.policy.backoff.delay(retries);
             if Instant::now() + delay >= deadline {
+                stages::advance(Stage::Retry);
                 return Err(self.give_up(req, failure, maybe_applied, started));
             }
             metrics::record_retry(failure.cause().as_str());
             tokio::time::sleep(delay).await;
+            stages::advance(Stage::Retry);
             retries += 1;
         }
     }
@@ -256,6 +265,7 @@ impl Forwarder {
         }
         let result = match self.request(req, destination) {
             Ok(request) => {
+                stages::advance(Stage::Map);
                 self.http.send(request, timeout).await.map_err(|e| {
                     AttemptFailure::from_transport_flags(e.is_connect(), e.is_timeout())
                 })
