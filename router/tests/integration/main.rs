@@ -27,6 +27,7 @@ mod routing;
 mod shard_events;
 mod shard_settlement;
 mod shards;
+mod stages;
 mod storage_failover;
 mod tenants;
 mod tls;
