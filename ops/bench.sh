@@ -48,7 +48,8 @@
 # load (`loadtest run --cpu-watch`, and `loadtest cpu` around pgbench). Under the table, the
 # targets line up the figures they are about. Ratios: closed-loop hot rows against pgbench hot,
 # spread rows against pgbench uniform; open-loop rows' p50 and p99 against pgbench at the same
-# rate. Every allocator row uses freshly loaded SKUs (ops/bench/seed.sql with partitions from
+# rate. Under the table, each open-loop row's stages (ops/bench/stages.sh): count, mean, p50 and
+# p99 of every allocator and router stage, beside the totals. Every allocator row uses freshly loaded SKUs (ops/bench/seed.sql with partitions from
 # `loadtest partitions`) and ends with loadtest's invariant checks.
 #
 # Knobs (environment): BENCH_DURATION (12 s; 4 with --short), BENCH_CONCURRENCY (64),

@@ -30,6 +30,7 @@ mod shard_orders;
 mod shard_reads;
 mod shard_settlement;
 mod shards;
+mod stages;
 mod storage_failover;
 mod tenants;
 mod tls;
