@@ -206,7 +206,7 @@ if ((chaos)); then
     # The same over two shards: the shard and move faults, the lease samples and their rules.
     run chaos-shards ops/chaos.sh --shards 2 --seed "${CHAOS_SHARDS_SEED:-3}" --duration 45
     # shellcheck disable=SC2016 # expanded by the inner shell
-    run chaos-shards-negative-control bash -c 'rc=0; ops/chaos.sh --shards 2 --negative-control --seed "$1" --duration 45 || rc=$?; ((rc == 1))' _ "${CHAOS_SHARDS_NC_SEED:-4}"
+    run chaos-shards-negative-control bash -c 'rc=0; ops/chaos.sh --shards 2 --negative-control --seed "$1" --duration 45 || rc=$?; ((rc == 1))' _ "${CHAOS_SHARDS_NC_SEED:-2}"
 fi
 
 if ((restore_drill)); then
