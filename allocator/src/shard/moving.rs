@@ -30,6 +30,7 @@ use tokio_postgres::Client;
 mod checks;
 mod ledger;
 mod record;
+mod rows;
 mod steps;
 
 pub use record::{in_flight, MoveRecord, MoveState};

@@ -217,7 +217,7 @@ pub(super) async fn copy(
          ORDER BY position"
     );
     let appended =
-        super::steps::copy_rows(snapshot, tx, &select, &format!("ledger ({LEDGER_COLUMNS})"))
+        super::rows::copy_rows(snapshot, tx, &select, &format!("ledger ({LEDGER_COLUMNS})"))
             .await?;
     let history = history(snapshot, p, false).await?;
     let (skus, sums): (Vec<String>, Vec<[i64; 5]>) = history.into_iter().unzip();

@@ -2,13 +2,13 @@
 //! conditional on the mover's holder id where the lease row is the mover's, so a stale attempt
 //! that wakes up late changes nothing a newer one wrote.
 
-use futures::{SinkExt, StreamExt};
 use schema::partition::lease_name;
 use schema::shard::ShardName;
-use tokio_postgres::{Client, IsolationLevel, Transaction};
+use tokio_postgres::{Client, IsolationLevel};
 
 use super::ledger;
 use super::record::holder_pattern;
+use super::rows::copy_rows;
 use super::MOVE_LEASE;
 use crate::lease::store::HANDOFF_CHANNEL;
 
@@ -46,28 +46,6 @@ pub(super) async fn fence(source: &Client, partition: u32, holder: &str) -> anyh
         )
         .await?;
     Ok(row.get(0))
-}
-
-/// `COPY` the rows `select` yields on `from` into `into` on `to`, in binary (both shards run the
-/// same migrations, so the columns match); how many.
-pub(super) async fn copy_rows(
-    from: &Transaction<'_>,
-    to: &Transaction<'_>,
-    select: &str,
-    into: &str,
-) -> anyhow::Result<u64> {
-    let out = from
-        .copy_out(&format!("COPY ({select}) TO STDOUT (FORMAT binary)"))
-        .await?;
-    let sink = to
-        .copy_in(&format!("COPY {into} FROM STDIN (FORMAT binary)"))
-        .await?;
-    let mut sink = std::pin::pin!(sink);
-    let mut out = std::pin::pin!(out);
-    while let Some(chunk) = out.next().await {
-        sink.feed(chunk?).await?;
-    }
-    Ok(sink.as_mut().finish().await?)
 }
 
 /// Step 2: the partition's rows from one snapshot of the source into one transaction on the
