@@ -359,7 +359,7 @@ fn serve_http(
             // Inside the request id, so refusals carry and log it.
             .wrap(access::AccessControl::new(access.clone()))
             // Stages from the access gate on, logged in the request's span.
-            .wrap_fn(crate::stages::middleware)
+            .wrap_fn(crate::forward::stages::middleware)
             .wrap_fn(edge::request_id::middleware)
             .wrap_fn(crate::console::record)
             // Outermost: everything above takes its decisions on the path the handler will see.

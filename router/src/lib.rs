@@ -43,7 +43,6 @@ pub mod poll;
 pub mod retry;
 pub mod routes;
 pub mod settlement;
-pub mod stages;
 pub mod state;
 pub mod upstream;
 

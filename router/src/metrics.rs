@@ -19,7 +19,7 @@ pub const RETRIES_TOTAL: &str = "router_retries_total";
 pub const UPSTREAM_LATENCY_SECONDS: &str = "router_upstream_latency_seconds";
 /// Time from receiving a request to having an upstream answer or giving up, retries included.
 /// Histogram: seconds a forwarded request spent in each `stage` (`accept`, `map`, `connect`,
-/// `upstream`, `retry`, `reply`; see `crate::stages`); the stages tile the request.
+/// `upstream`, `retry`, `reply`; see `crate::forward::stages`); the stages tile the request.
 pub const STAGE_DURATION_SECONDS: &str = "router_stage_duration_seconds";
 pub const FORWARD_DURATION_SECONDS: &str = "router_forward_duration_seconds";
 /// Revision of the assignment map the router routes by: with several shards the highest over

@@ -68,7 +68,7 @@ impl SendError {
 }
 
 /// The TCP connector, timed: what opening a connection took is the request's `connect` stage
-/// ([`crate::stages`]) when it is opened on the request's task.
+/// ([`crate::forward::stages`]) when it is opened on the request's task.
 #[derive(Clone)]
 pub struct TimedConnector(HttpConnector);
 
@@ -86,7 +86,7 @@ impl tower_service::Service<http::Uri> for TimedConnector {
         Box::pin(async move {
             let started = Instant::now();
             let connection = connect.await;
-            crate::stages::connecting(started.elapsed());
+            crate::forward::stages::connecting(started.elapsed());
             connection
         })
     }

@@ -99,7 +99,7 @@ where
             };
             let stages = result.as_ref().ok().and_then(|response| {
                 actix_web::HttpMessage::extensions(response.request())
-                    .get::<crate::stages::Times>()
+                    .get::<crate::forward::stages::Times>()
                     .copied()
             });
             traffic.record(started, started.elapsed(), status.is_server_error(), stages);

@@ -11,7 +11,7 @@
 //! few hundred bytes) whatever the request rate.
 //!
 //! Each slot also sums the stage times of the forwarded requests it counts
-//! ([`crate::stages`]), so the page shows where the last minute's time went, stage by stage.
+//! ([`crate::forward::stages`]), so the page shows where the last minute's time went, stage by stage.
 //!
 //! One `std::sync::Mutex` guards the ring. It is held for a few array writes, never across an
 //! `.await`, so it does not block the executor; at the request rates a router sees it is far from
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::stages::{Stage, Times};
+use crate::forward::stages::{Stage, Times};
 
 /// How many seconds the ring covers.
 pub const WINDOW_SECONDS: usize = 60;

@@ -30,15 +30,16 @@ use std::time::{Duration, Instant};
 
 use schema::wire::{Problem, HEADER_EPOCH, HEADER_REPLAYED, HEADER_REQUEST_ID};
 
+use self::stages::Stage;
 use crate::assignment_cache::{AssignmentCache, Destination};
 use crate::error::RouterError;
 use crate::metrics::{self, ForwardOutcome, RefreshCause};
 use crate::retry::{give_up_status, AttemptFailure};
-use crate::stages::{self, Stage};
 use crate::upstream::UpstreamClient;
 use edge::Backoff;
 
 mod message;
+pub mod stages;
 
 pub use message::{Method, UpstreamRequest, UpstreamResponse, HEADER_SERVED_BY};
 
