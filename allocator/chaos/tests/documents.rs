@@ -52,6 +52,7 @@ const OUTSIDE_FLAGS: &[(&str, &[&str])] = &[
     ("check-jsonschema", &["--builtin-schema"]),
     ("docker compose", &["--build"]),
     ("perf record", &["--call-graph"]),
+    ("ps", &["--sort"]),
 ];
 
 /// Variables of the toolchain and of the outside world that the documents mention.
