@@ -207,17 +207,7 @@ impl TestCluster {
         }
         if replicas > 0 {
             let ids: Vec<String> = cluster.allocators.iter().map(|a| a.id.clone()).collect();
-            // The fair share of the fullest shard: each shard's replicas share its partitions.
-            let fair = (0..shards)
-                .map(|shard| {
-                    let held = (0..partitions)
-                        .filter(|p| (*p as usize * shards) / partitions as usize == shard)
-                        .count();
-                    let serving = (0..replicas).filter(|i| i % shards == shard).count();
-                    held.div_ceil(serving.max(1))
-                })
-                .max()
-                .unwrap_or(0);
+            let fair = fair_share(shards, partitions, replicas);
             cluster
                 .wait_map(Duration::from_secs(30), |m| {
                     balanced(m, &ids.iter().map(String::as_str).collect::<Vec<_>>(), fair)
@@ -225,6 +215,12 @@ impl TestCluster {
                 .await;
         }
         cluster
+    }
+
+    /// The most partitions one of `replicas` allocators holds once balanced
+    /// ([`fair_share`] over this cluster's shards).
+    pub fn fair_share(&self, partitions: u32, replicas: usize) -> usize {
+        fair_share(self.shard_count(), partitions, replicas)
     }
 
     /// Start an allocator process (a new one, or the same id again after a kill).
@@ -479,4 +475,20 @@ pub fn invalid_request_bodies() -> Vec<(&'static str, String, reqwest::Body)> {
                 .into(),
         ),
     ]
+}
+
+/// The fair share of the fullest shard, when `replicas` allocators (allocator `i` on shard
+/// `i mod shards`) share `partitions` spread evenly over `shards`: each shard's replicas share its
+/// partitions, so one allocator alone on a shard holds all of that shard's.
+pub fn fair_share(shards: usize, partitions: u32, replicas: usize) -> usize {
+    (0..shards)
+        .map(|shard| {
+            let held = (0..partitions)
+                .filter(|p| (*p as usize * shards) / partitions as usize == shard)
+                .count();
+            let serving = (0..replicas).filter(|i| i % shards == shard).count();
+            held.div_ceil(serving.max(1))
+        })
+        .max()
+        .unwrap_or(0)
 }

@@ -103,10 +103,11 @@ fn spawn_traffic(
         .collect()
 }
 
-/// The database has exactly one hold per request, and the stock moved exactly that much.
-async fn assert_one_hold_per_request(db: &tokio_postgres::Client, records: &[Record]) {
-    let rows = db
-        .query(
+/// The database (every shard of it) has exactly one hold per request, and the stock moved
+/// exactly that much.
+async fn assert_one_hold_per_request(cluster: &Cluster, records: &[Record]) {
+    let rows = cluster
+        .query_every_shard(
             "SELECT reservation_id, status, quantity FROM reservations \
              WHERE reservation_id LIKE 'kill-%'",
             &[],
@@ -117,28 +118,27 @@ async fn assert_one_hold_per_request(db: &tokio_postgres::Client, records: &[Rec
         .iter()
         .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
+    assert_eq!(rows.len(), records.len(), "one row per request");
     assert_eq!(in_db.len(), records.len(), "one row per request");
     for r in records {
         let (status, quantity) = in_db.get(&r.id).expect("request has its row");
         assert_eq!((status.as_str(), *quantity), ("held", 1), "{}", r.id);
     }
-    let held: i64 = db
-        .query_one(
+    let held = cluster
+        .sum_every_shard(
             "SELECT coalesce(sum(held), 0)::bigint FROM inventory WHERE sku LIKE 'kill-%'",
             &[],
         )
         .await
-        .unwrap()
-        .get(0);
+        .unwrap();
     assert_eq!(held, records.len() as i64, "one decrement per hold");
-    let unbalanced: i64 = db
-        .query_one(
+    let unbalanced = cluster
+        .sum_every_shard(
             "SELECT count(*) FROM inventory WHERE on_hand <> available + held + confirmed",
             &[],
         )
         .await
-        .unwrap()
-        .get(0);
+        .unwrap();
     assert_eq!(unbalanced, 0);
 }
 
@@ -202,7 +202,7 @@ async fn sigkill_of_an_owner_under_traffic_is_masked_without_duplicate_holds() {
             r.id
         );
     }
-    assert_one_hold_per_request(&cluster.db().await, &records).await;
+    assert_one_hold_per_request(&cluster, &records).await;
 
     // How well the router masked the crash.
     let on_victim: Vec<&Record> = records

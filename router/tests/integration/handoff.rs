@@ -60,6 +60,7 @@ fn vacancies_since(cluster: &Cluster, since: &str) -> Vec<u64> {
 
 /// What one rolling restart showed.
 struct Figures {
+    replicas: usize,
     answers: usize,
     failed: Vec<u16>,
     latencies: Vec<u64>,
@@ -70,9 +71,10 @@ struct Figures {
 impl Figures {
     fn print(&self, label: &str) {
         println!(
-            "{label}: rolling restart of 3 allocators in {} ms under load: {} requests, {} \
+            "{label}: rolling restart of {} allocators in {} ms under load: {} requests, {} \
              failed; client latency p50 {} ms, p99 {} ms, max {} ms; {} hand-offs, vacancy p50 \
              {} ms, p99 {} ms, max {} ms",
+            self.replicas,
             self.took.as_millis(),
             self.answers,
             self.failed.len(),
@@ -87,10 +89,12 @@ impl Figures {
     }
 }
 
-/// Start three allocators with `env`, load them through a router, restart each in turn
+/// Start three allocators with `env` (two per shard over several shards, so every stop has a
+/// peer on its shard to hand over to), load them through a router, restart each in turn
 /// (SIGTERM, start again, wait until the map is balanced), and measure.
 async fn rolling_restart(name: &str, env: Vec<(String, String)>) -> Figures {
-    let mut cluster = Cluster::start_with_env(name, 3, PARTITIONS, env).await;
+    let replicas = 3.max(2 * testkit::cluster::shards_from_env());
+    let mut cluster = Cluster::start_with_env(name, replicas, PARTITIONS, env).await;
     let router = cluster.router(|_| {}).await;
     for i in 0..SKUS {
         cluster
@@ -131,9 +135,10 @@ async fn rolling_restart(name: &str, env: Vec<(String, String)>) -> Figures {
 
     let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let started = Instant::now();
-    let ids = ["alloc-0", "alloc-1", "alloc-2"];
-    let fair = PARTITIONS.div_ceil(3) as usize;
-    for id in ids {
+    let ids: Vec<String> = (0..replicas).map(|i| format!("alloc-{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let fair = cluster.fair_share(PARTITIONS, ids.len());
+    for &id in &ids {
         let process = cluster.allocator(id).process.as_mut().unwrap();
         process.sigterm().unwrap();
         process.wait_exit(Duration::from_secs(15)).await.unwrap();
@@ -157,6 +162,7 @@ async fn rolling_restart(name: &str, env: Vec<(String, String)>) -> Figures {
         .collect();
     latencies.sort_unstable();
     Figures {
+        replicas,
         answers: answers.len(),
         // 200 is a replay: the router retried an ambiguous attempt with the same id and the
         // client got its hold.

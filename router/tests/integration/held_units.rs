@@ -36,9 +36,9 @@ fn assert_units_refusal(status: StatusCode, body: &Value, limit: i64) {
 
 /// What `buyer` holds and how many of its reserves are stored as refused by `max_held_units`.
 async fn buyer_rows(quota: &QuotaCluster) -> (i64, usize) {
-    let db = quota.cluster.db().await;
-    let row = db
-        .query_one(
+    let rows = quota
+        .cluster
+        .query_every_shard(
             "SELECT coalesce(sum(quantity) FILTER (WHERE status = 'held'), 0)::bigint,
                     count(*) FILTER (WHERE status = 'rejected'
                                        AND refused_quota_name = 'max_held_units')
@@ -47,7 +47,9 @@ async fn buyer_rows(quota: &QuotaCluster) -> (i64, usize) {
         )
         .await
         .unwrap();
-    (row.get(0), row.get::<_, i64>(1) as usize)
+    let held = rows.iter().map(|row| row.get::<_, i64>(0)).sum();
+    let refused: i64 = rows.iter().map(|row| row.get::<_, i64>(1)).sum();
+    (held, refused as usize)
 }
 
 /// Fire one single-unit reserve per id at once, over `skus` and alternating routers.

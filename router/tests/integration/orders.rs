@@ -48,17 +48,17 @@ async fn owner_url(cluster: &Cluster, sku: &str) -> String {
         .expect("an owner")
 }
 
+/// The status of reservation `id`, on whichever shard holds it (at most one does).
 async fn status_in_db(cluster: &Cluster, id: &str) -> Option<String> {
-    cluster
-        .db()
-        .await
-        .query_opt(
+    let rows = cluster
+        .query_every_shard(
             "SELECT status FROM reservations WHERE reservation_id = $1",
             &[&id],
         )
         .await
-        .unwrap()
-        .map(|r| r.get(0))
+        .unwrap();
+    assert!(rows.len() <= 1, "{id} is stored on {} shards", rows.len());
+    rows.first().map(|r| r.get(0))
 }
 
 /// Every line held: 201 with one reservation per line, ids derived from the order id; retrying
@@ -275,9 +275,12 @@ async fn a_colliding_line_never_strands_the_orders_own_holds() {
     cluster.restock(base, "plum", 5).await;
     cluster.restock(base, "apple", 5).await;
     let lines = json!([{"sku": "plum", "quantity": 2}, {"sku": "apple", "quantity": 1}]);
+    // The order's row lives on the shard its id names (one database: the only one).
+    let order_shard = schema::shard::order_shard("o-old", cluster.shard_count());
     cluster
-        .db()
+        .shard_db(order_shard)
         .await
+        .unwrap()
         .execute(
             "INSERT INTO orders (order_id, request, attempts) VALUES ($1, $2::text::jsonb, 1)",
             &[&"o-old", &json!({ "lines": lines }).to_string()],

@@ -74,9 +74,8 @@ async fn ten_thousand_skus_route_to_their_owners() {
     }
 
     // The database agrees: one row per SKU, on the partition the shared hash names.
-    let db = cluster.db().await;
-    let rows = db
-        .query("SELECT sku, partition FROM inventory", &[])
+    let rows = cluster
+        .query_every_shard("SELECT sku, partition FROM inventory", &[])
         .await
         .unwrap();
     assert_eq!(rows.len(), SKUS);
@@ -167,16 +166,13 @@ async fn a_stale_map_is_refreshed_on_421_and_the_request_succeeds() {
     assert!(refreshes >= 1.0, "expected a refresh caused by a 421");
     assert!(router.revision().unwrap() > stale_revision);
     // Exactly one hold per request despite the retries.
-    let held: i64 = cluster
-        .db()
-        .await
-        .query_one(
+    let held = cluster
+        .sum_every_shard(
             "SELECT count(*) FROM reservations WHERE reservation_id LIKE 'stale-r-%'",
             &[],
         )
         .await
-        .unwrap()
-        .get(0);
+        .unwrap();
     assert_eq!(held, skus.len() as i64);
     println!("stale map healed: {misdirected} misdirected retries, {refreshes} refreshes");
     router.stop().await;

@@ -5,8 +5,10 @@
 //! Allocators are spread over the shards by their place in the cluster (allocator `i` serves shard
 //! `i mod S`, and a restart under the same id keeps its shard); routers are given every shard.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use schema::wire::PartitionMap;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 
 use super::Cluster;
 use crate::PgServer;
@@ -101,6 +103,32 @@ impl Cluster {
                 None => bail!("the cluster has no shard {index}"),
             },
         }
+    }
+
+    /// `sql` on every shard, the rows one after another (the catalog's first): what a test of one
+    /// database reads from "the database", over a cluster of several.
+    pub async fn query_every_shard(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let mut rows = Vec::new();
+        for shard in 0..self.shard_count() {
+            let db = self.shard_db(shard).await?;
+            rows.extend(
+                db.query(sql, params)
+                    .await
+                    .with_context(|| format!("{sql} on shard {shard}"))?,
+            );
+        }
+        Ok(rows)
+    }
+
+    /// The first column (a `bigint`) of `sql`'s one row, summed over every shard: a count or a
+    /// sum of one database, over a cluster of several.
+    pub async fn sum_every_shard(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<i64> {
+        let rows = self.query_every_shard(sql, params).await?;
+        Ok(rows.iter().map(|row| row.get::<_, i64>(0)).sum())
     }
 
     /// The partition map as the shards have it now, merged (each partition from its shard).
