@@ -74,13 +74,18 @@ fn outcome_of(report: &schema::MigrationReport, name: &str) -> FunctionOutcome {
 /// edited it (`pg_get_functiondef`, `replace`, `EXECUTE`).
 async fn edit_fence_function(pg: &Client) {
     let row = pg
-        .query_one("SELECT pg_get_functiondef('apply_fenced_batch'::regproc)", &[])
+        .query_one(
+            "SELECT pg_get_functiondef('apply_fenced_batch'::regproc)",
+            &[],
+        )
         .await
         .unwrap();
     let text: String = row.get(0);
     let edited = text.replacen("does not exist'", "does not exist!'", 1);
     assert_ne!(edited, text);
-    pg.batch_execute(&edited).await.expect("edit the stored text");
+    pg.batch_execute(&edited)
+        .await
+        .expect("edit the stored text");
 }
 
 /// A function body without its comments and layout: string literals kept whole, whitespace
@@ -127,9 +132,17 @@ fn normalised(body: &str) -> String {
         return out;
     };
     let start = declare + "DECLARE".len();
-    let mut declarations: Vec<&str> = out[start..begin].split(';').filter(|d| !d.is_empty()).collect();
+    let mut declarations: Vec<&str> = out[start..begin]
+        .split(';')
+        .filter(|d| !d.is_empty())
+        .collect();
     declarations.sort_unstable();
-    format!("{}{};{}", &out[..start], declarations.join(";"), &out[begin..])
+    format!(
+        "{}{};{}",
+        &out[..start],
+        declarations.join(";"),
+        &out[begin..]
+    )
 }
 
 /// What PostgreSQL prints before the body (name, arguments and their defaults, result,
@@ -138,7 +151,10 @@ async fn header_and_body(pg: &Client, name: &str) -> (String, String) {
     let text = definition(pg, "public", name).await;
     let header = text.split("\nAS ").next().unwrap().to_string();
     let row = pg
-        .query_one("SELECT prosrc FROM pg_proc WHERE oid = $1::text::regproc", &[&name])
+        .query_one(
+            "SELECT prosrc FROM pg_proc WHERE oid = $1::text::regproc",
+            &[&name],
+        )
         .await
         .unwrap();
     (header, row.get(0))
@@ -174,15 +190,29 @@ async fn migrating_installs_every_function_file_as_written() {
 
     // Nothing to do the second time.
     let again = migrate_report(&mut pg).await.expect("migrate again");
-    assert!(again.functions.iter().all(|f| f.outcome == FunctionOutcome::Unchanged));
+    assert!(again
+        .functions
+        .iter()
+        .all(|f| f.outcome == FunctionOutcome::Unchanged));
 
     // One character of the stored text changed outside the step is told apart from the file,
     // and the next migrate puts the file back.
     edit_fence_function(&pg).await;
-    assert_eq!(functions_unlike_their_files(&pg).await, vec!["apply_fenced_batch"]);
-    let repaired = migrate_report(&mut pg).await.expect("migrate after the edit");
-    assert_eq!(outcome_of(&repaired, "apply_fenced_batch"), FunctionOutcome::Repaired);
-    assert_eq!(outcome_of(&repaired, "ledger_archive_detach"), FunctionOutcome::Unchanged);
+    assert_eq!(
+        functions_unlike_their_files(&pg).await,
+        vec!["apply_fenced_batch"]
+    );
+    let repaired = migrate_report(&mut pg)
+        .await
+        .expect("migrate after the edit");
+    assert_eq!(
+        outcome_of(&repaired, "apply_fenced_batch"),
+        FunctionOutcome::Repaired
+    );
+    assert_eq!(
+        outcome_of(&repaired, "ledger_archive_detach"),
+        FunctionOutcome::Unchanged
+    );
     assert_eq!(functions_unlike_their_files(&pg).await, Vec::<&str>::new());
 }
 
@@ -242,7 +272,10 @@ async fn the_record_decides_what_a_later_migrate_does() {
         outcome_of(&report, "apply_fenced_batch"),
         FunctionOutcome::Newer { recorded: 2 }
     );
-    assert_eq!(functions_unlike_their_files(&pg).await, vec!["apply_fenced_batch"]);
+    assert_eq!(
+        functions_unlike_their_files(&pg).await,
+        vec!["apply_fenced_batch"]
+    );
 
     // The file differs from the text its revision installed: refused, nothing written.
     pg.execute(
@@ -252,20 +285,31 @@ async fn the_record_decides_what_a_later_migrate_does() {
     )
     .await
     .unwrap();
-    let refused = migrate_report(&mut pg).await.expect_err("a changed file, same revision");
+    let refused = migrate_report(&mut pg)
+        .await
+        .expect_err("a changed file, same revision");
     assert!(
         matches!(
             refused,
-            SchemaError::FunctionFileChanged { name: "apply_fenced_batch", revision: 1 }
+            SchemaError::FunctionFileChanged {
+                name: "apply_fenced_batch",
+                revision: 1
+            }
         ),
         "{refused}"
     );
-    assert_eq!(functions_unlike_their_files(&pg).await, vec!["apply_fenced_batch"]);
+    assert_eq!(
+        functions_unlike_their_files(&pg).await,
+        vec!["apply_fenced_batch"]
+    );
 
     // No record (a database from before the step): the file is installed over what is there.
-    pg.execute("DELETE FROM schema_functions WHERE name = 'apply_fenced_batch'", &[])
-        .await
-        .unwrap();
+    pg.execute(
+        "DELETE FROM schema_functions WHERE name = 'apply_fenced_batch'",
+        &[],
+    )
+    .await
+    .unwrap();
     let report = migrate_report(&mut pg).await.expect("migrate, no record");
     assert_eq!(
         outcome_of(&report, "apply_fenced_batch"),

@@ -22,7 +22,8 @@ const TEXT_SHA256: &str = "SELECT encode(sha256(convert_to($1::text, 'UTF8')), '
 
 /// The digest of the stored definition as PostgreSQL prints it, or no row when no single
 /// function of that name is visible.
-const DEFINITION_SHA256: &str = "SELECT encode(sha256(convert_to(pg_get_functiondef(f), 'UTF8')), 'hex')
+const DEFINITION_SHA256: &str =
+    "SELECT encode(sha256(convert_to(pg_get_functiondef(f), 'UTF8')), 'hex')
    FROM to_regproc($1::text) AS f
   WHERE f IS NOT NULL";
 

@@ -100,11 +100,17 @@ impl std::fmt::Display for FunctionReport {
         match &self.outcome {
             FunctionOutcome::Unchanged => write!(f, "{name} revision {revision}: unchanged"),
             FunctionOutcome::Installed { replaced: None } => {
-                write!(f, "{name} revision {revision}: installed (none recorded before)")
+                write!(
+                    f,
+                    "{name} revision {revision}: installed (none recorded before)"
+                )
             }
             FunctionOutcome::Installed {
                 replaced: Some(old),
-            } => write!(f, "{name} revision {revision}: installed over revision {old}"),
+            } => write!(
+                f,
+                "{name} revision {revision}: installed over revision {old}"
+            ),
             FunctionOutcome::Repaired => write!(
                 f,
                 "{name} revision {revision}: installed again (the stored text had changed)"

@@ -128,16 +128,38 @@ fn every_file_is_listed_once_and_defines_its_function() {
         .collect();
     listed.sort();
     listed.dedup();
-    assert_eq!(listed.len(), FUNCTION_FILES.len(), "a function listed twice");
+    assert_eq!(
+        listed.len(),
+        FUNCTION_FILES.len(),
+        "a function listed twice"
+    );
     assert_eq!(on_disk, listed, "schema/functions/ and FUNCTION_FILES");
     for file in FUNCTION_FILES {
-        assert!(file.revision >= 1, "{}: revision {}", file.name, file.revision);
+        assert!(
+            file.revision >= 1,
+            "{}: revision {}",
+            file.name,
+            file.revision
+        );
         let on_disk = std::fs::read_to_string(dir.join(format!("{}.sql", file.name))).unwrap();
         assert_eq!(file.sql, on_disk, "{} embedded as on disk", file.name);
         let code = statements(file.sql);
         let create = format!("create or replace function {}(", file.name);
-        assert!(code.starts_with(&create), "{} starts with {create}", file.name);
-        assert_eq!(code.matches("create ").count(), 1, "{}: one statement", file.name);
-        assert!(file.sql.is_ascii(), "{}: its digest is sha256sum's", file.name);
+        assert!(
+            code.starts_with(&create),
+            "{} starts with {create}",
+            file.name
+        );
+        assert_eq!(
+            code.matches("create ").count(),
+            1,
+            "{}: one statement",
+            file.name
+        );
+        assert!(
+            file.sql.is_ascii(),
+            "{}: its digest is sha256sum's",
+            file.name
+        );
     }
 }
