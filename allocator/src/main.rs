@@ -22,11 +22,21 @@ async fn main() -> anyhow::Result<()> {
                     created_cluster = report.created_cluster,
                     "schema ready"
                 );
+                let installed = report.functions.iter().filter(|f| f.changed()).count();
                 println!(
-                    "schema ready: {} partitions, {} migration(s) applied (shard {shard})",
+                    "schema ready: {} partitions, {} migration(s) applied, {installed} of {} \
+                     function file(s) installed (shard {shard})",
                     report.partition_count,
-                    report.applied.len()
+                    report.applied.len(),
+                    report.functions.len()
                 );
+                // Every file that was installed, or that the database holds a newer revision of.
+                for function in &report.functions {
+                    if function.outcome != schema::functions::FunctionOutcome::Unchanged {
+                        tracing::info!(%shard, function = %function, "stored function");
+                        println!("  function {function}");
+                    }
+                }
             }
             Ok(())
         }

@@ -50,7 +50,8 @@ pub fn batch_function() -> &'static str {
 }
 
 /// The textual edits that turn `apply_fenced_batch` into its unfenced copy; each must match
-/// exactly once, so a changed migration makes start-up fail instead of silently testing nothing.
+/// exactly once, so a changed function file (`schema/functions/apply_fenced_batch.sql`) makes
+/// start-up fail instead of silently testing nothing.
 #[cfg(feature = "negative-control")]
 const EDITS: [(&str, &str); 3] = [
     (

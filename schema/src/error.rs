@@ -23,4 +23,13 @@ pub enum SchemaError {
     InvalidLedgerSpan,
     #[error("{0}")]
     Shard(#[from] ShardError),
+    /// A file's text changed without a new revision: databases that installed the revision
+    /// would otherwise hold two texts under one number.
+    #[error(
+        "schema/functions/{name}.sql is not the text revision {revision} installed in this \
+         database; a changed function needs a new revision (schema/src/functions/mod.rs)"
+    )]
+    FunctionFileChanged { name: &'static str, revision: i32 },
+    #[error("schema/functions/{name}.sql did not leave one function named {name}")]
+    FunctionFileDefinesNothing { name: &'static str },
 }

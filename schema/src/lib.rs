@@ -2,6 +2,8 @@
 //! and the load generator must agree on, and nothing else.
 //!
 //! * [`migrate`]: the SQL schema (versioned migrations) and cluster initialisation.
+//! * [`functions`]: the stored functions kept whole in `functions/<name>.sql`, installed after
+//!   the migrations.
 //! * [`wire`]: HTTP request and response bodies, headers, limits, problem types and validation.
 //! * [`routes`]: the HTTP route table both services register and the API document describes.
 //! * [`openapi`]: each service's API document, derived from the shared one, and the page that
@@ -27,6 +29,7 @@ pub mod assignment;
 #[cfg(feature = "postgres")]
 mod error;
 pub mod events;
+pub mod functions;
 pub mod hint;
 pub mod history;
 #[cfg(feature = "postgres")]

@@ -2,7 +2,9 @@
 //!
 //! Migrations live in `schema/migrations/` as `V<n>__<name>.sql`, are embedded into the binary by
 //! refinery, and are applied under a PostgreSQL advisory lock so that several replicas started at
-//! the same moment serialise instead of racing on `CREATE TABLE`.
+//! the same moment serialise instead of racing on `CREATE TABLE`. Under the same lock, right
+//! after the migrations, the stored functions kept whole in `schema/functions/` are installed
+//! where the database does not hold their revision yet ([`crate::functions`]).
 //!
 //! [`initialise`] also fixes the cluster's partition count the first time it runs and creates one
 //! lease row per partition; later runs verify the count instead of changing it, because every
@@ -15,6 +17,7 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 pub use crate::error::SchemaError;
+use crate::functions::{self, FunctionReport};
 use crate::shard::{self, ShardError, ShardMap, ShardName};
 
 mod embedded {
@@ -59,6 +62,8 @@ pub struct ShardRole {
 #[derive(Debug, Clone)]
 pub struct MigrationReport {
     pub applied: Vec<String>,
+    /// Every function file, and whether this run installed it.
+    pub functions: Vec<FunctionReport>,
     pub partition_count: u32,
     pub created_cluster: bool,
 }
@@ -135,6 +140,8 @@ async fn initialise_locked(
         .iter()
         .map(|m| m.to_string())
         .collect();
+    // After every migration, which may still hold a function's earlier text (V2..V28 do).
+    let functions = functions::install(client).await?;
 
     let existing = read_partition_count(client).await?;
     let (partition_count, created_cluster) = match (existing, requested_partitions) {
@@ -191,6 +198,7 @@ async fn initialise_locked(
         .await?;
     Ok(MigrationReport {
         applied,
+        functions,
         partition_count,
         created_cluster,
     })

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
 /// One row of the batch function's answer, by column name; which columns are set depends on
-/// the result (see the comment on `apply_fenced_batch` in the migration).
+/// the result (see the header of `schema/functions/apply_fenced_batch.sql`).
 pub(super) struct AnswerRow<'a>(pub(super) &'a Row);
 
 impl AnswerRow<'_> {

@@ -1,9 +1,9 @@
 //! The fenced reservation transaction (DESIGN.md §6).
 //!
 //! A batch of commands for one or more partitions runs as **one statement**: the server-side
-//! function `apply_fenced_batch` (shipped as a migration) takes the whole batch as arrays and
-//! returns one outcome per command. As an autocommit statement it is also one transaction, so a
-//! batch of any size costs one round trip:
+//! function `apply_fenced_batch` (`schema/functions/apply_fenced_batch.sql`) takes the whole
+//! batch as arrays and returns one outcome per command. As an autocommit statement it is also one
+//! transaction, so a batch of any size costs one round trip:
 //!
 //! 1. **Fence.** Each partition's lease row is read `FOR KEY SHARE` and must name this replica at
 //!    this epoch with an unexpired lease. `FOR KEY SHARE` conflicts with the `FOR UPDATE` that an

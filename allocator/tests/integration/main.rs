@@ -29,6 +29,7 @@ mod ledger_archive_race;
 mod ledger_partitions;
 mod ledger_support;
 mod lifecycle;
+mod migrated_functions;
 mod open_paths;
 mod openapi;
 mod owners;
