@@ -25,6 +25,11 @@
 #   ops/bench.sh --shards     one shard (baseline) against two (current), 2 allocators and a
 #                             router each, same build: routed zipf, uniform and open-loop zipf
 #                             rows; CPU summed over the shards' servers and the allocators
+#   ops/bench.sh --profile    where the CPU goes at BENCH_OPEN_FRACTIONS (default 0.25 here) of
+#                             the routed peak: only the closed-loop zipf rows (for the peak) and
+#                             the open-loop rows, each open-loop row under `perf record -g -a` with
+#                             pg_stat_statements reset before it; prints each one's share per
+#                             process, top functions and top statements (ops/bench/profile.sh)
 #   ops/bench.sh growth [--help]
 #                             whether a reserve's cost grows with history, and table sizes under
 #                             a short idempotency horizon: ops/bench/growth.sh (its own knobs)
@@ -74,6 +79,7 @@ SHORT=""
 COMPARE=""
 RELAY=""
 SHARDS_AB=""
+PROFILE=""
 while (($#)); do
     case "$1" in
         growth) shift; exec "$OPS_DIR/bench/growth.sh" "$@" ;;
@@ -85,6 +91,7 @@ while (($#)); do
             ;;
         --relay) RELAY=1 ;;
         --shards) SHARDS_AB=1 ;;
+        --profile) PROFILE=1 ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         *) die "unknown argument '$1' (try --help)" ;;
     esac
@@ -93,11 +100,11 @@ done
 
 DURATION="${BENCH_DURATION:-${SHORT:+4}}"
 DURATION="${DURATION:-12}"
-REDIS_ROWS="${BENCH_REDIS:-$([[ -n "$SHORT" ]] && echo 0 || echo 1)}"
+REDIS_ROWS="${BENCH_REDIS:-$([[ -n "$SHORT$PROFILE" ]] && echo 0 || echo 1)}"
 CONCURRENCY="${BENCH_CONCURRENCY:-64}"
 PARTITIONS="${BENCH_PARTITIONS:-16}"
 SKUS="${BENCH_SKUS:-10000}"
-OPEN_FRACTIONS="${BENCH_OPEN_FRACTIONS:-0.25 0.5 0.8}"
+OPEN_FRACTIONS="${BENCH_OPEN_FRACTIONS:-$([[ -n "$PROFILE" ]] && echo 0.25 || echo 0.25 0.5 0.8)}"
 MAX_IN_FLIGHT="${BENCH_MAX_IN_FLIGHT:-256}"
 ROUNDS="${BENCH_ROUNDS:-2}"
 COMPARE_RATE="${BENCH_COMPARE_RATE:-1000}"
@@ -242,6 +249,11 @@ psql_db() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 source "$BENCH_SQL/ab.sh"
 # shellcheck source=ops/bench/stages.sh
 source "$BENCH_SQL/stages.sh"
+# shellcheck source=ops/bench/profile.sh
+source "$BENCH_SQL/profile.sh"
+if [[ -n "$PROFILE" ]]; then
+    export CLUSTER_PG_OPTIONS="${CLUSTER_PG_OPTIONS:-} -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top"
+fi
 ALLOCATOR_BIN="${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/release/allocator}"
 ROUTER_BIN="${CLUSTER_ROUTER_BIN:-$TARGET_DIR/release/router}"
 if [[ -n "$RELAY" ]]; then
@@ -251,6 +263,7 @@ elif [[ -n "$SHARDS_AB" ]]; then
 else
     start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
 fi
+[[ -z "$PROFILE" ]] || psql_db "$DATABASE_URL" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
 info "CPU from /proc: postgres pid $PG_PID (and its backends), allocator pid $ALLOC_PID, router pid $ROUTER_PID"
 
 # row SYSTEM LABEL WORKLOAD LOAD FRACTION TPS P50 P99 P999 PG_US ALLOC_US ROUTER_US GEN_US INVARIANTS NOTE:
@@ -300,6 +313,7 @@ pgbench_row() {
     fi
     rm -f "$prefix".*
     info "pgbench $workload ($load): ${DURATION}s"
+    [[ -z "$PROFILE" || -z "$rate" ]] || profile_begin "row${ROW_N}_pgbench_$workload"
     if run_child "$LOADTEST" cpu "${WATCH[@]/#/--watch=}" --name pgbench --out "$prefix.cpu.json" \
         -- "$PGBENCH" "${args[@]}" "$NAIVE_URL" >"$prefix.txt" 2>&1; then
         local tps n p50 p99 p999 cpu
@@ -316,6 +330,7 @@ pgbench_row() {
         row pgbench "naive fenced UPDATE (pgbench)" "$workload" "$load" "$fraction" failed 0 0 0 - - - - "-" ""
         FAILED=1
     fi
+    profile_end "row${ROW_N}_pgbench_$workload"
 }
 
 # --- allocator and router ------------------------------------------------------------------------
@@ -355,11 +370,13 @@ loadtest_row() {
         return 0
     fi
     if [[ -n "$rate" ]]; then stages_scrape "$BENCH_DIR/$name.stages0"; fi
+    [[ -z "$PROFILE" || -z "$rate" ]] || profile_begin "$name"
     run_child "$LOADTEST" run --target "$url" --skus "$skus" --prefix "$prefix" --skew "$skew" \
         --duration-secs "$DURATION" --confirm-ratio 0 --release-ratio 0 \
         --snapshot-max 0 --progress-secs 0 --seed 42 --json-out "$BENCH_DIR/$name.json" \
         "${WATCH[@]/#/--cpu-watch=}" "${extra[@]}" \
         >"$BENCH_DIR/$name.txt" 2>"$BENCH_DIR/$name.err" || rc=$?
+    profile_end "$name"
     if [[ -s "$BENCH_DIR/$name.json" ]] && ((rc == 0 || rc == 1)); then
         jq -r --arg s "$system" --arg l "$label" --arg w "$workload" --arg load "$load" --arg f "$fraction" '
             def us($n): [(.cpu.processes // [])[] | select(.name == $n or (.name | startswith($n + "-"))) | .us_per_op]
@@ -388,7 +405,7 @@ VARIANT=""
 [[ -n "$COMPARE" || -n "$RELAY" || -n "$SHARDS_AB" ]] && ab_run
 
 naive_tables
-for workload in uniform zipf hot; do
+for workload in $([[ -n "$PROFILE" ]] && echo zipf || echo uniform zipf hot); do
     step "closed loop, $(workload_label "$workload"): naive, direct, routed"
     pgbench_row "$workload"
     loadtest_row allocator "$workload"
@@ -447,6 +464,7 @@ TABLE="$BENCH_DIR/table.md"
     echo
     awk -F'\t' -v skus="$SKUS" -f "$BENCH_SQL/table.awk" "$RESULTS"
     stages_table
+    profile_report
 } >"$TABLE"
 echo
 cat "$TABLE"
