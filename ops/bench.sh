@@ -202,7 +202,9 @@ start_cluster() {
     local name=$1 state="$BENCH_DIR/$1"
     step "cluster $name: private durable PostgreSQL (${BENCH_SHARDS:-1} shard(s)), private Redis, ${BENCH_ALLOCATORS:-1} allocator(s), 1 router ($PARTITIONS partitions)"
     CLUSTERS+=("$state")
-    if ! run_child env CLUSTER_DIR="$state" CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 \
+    # Not the previous cluster's DATABASE_URL (use_cluster exports it): a router given it and
+    # --shard refuses to start.
+    if ! run_child env -u DATABASE_URL -u SHARD_URLS CLUSTER_DIR="$state" CLUSTER_PRIVATE=1 CLUSTER_PG_DURABLE=1 \
         CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATORS="${BENCH_ALLOCATORS:-1}" CLUSTER_ROUTERS=1 \
         CLUSTER_SHARDS="${BENCH_SHARDS:-1}" CLUSTER_PARTITIONS="$PARTITIONS" \
         CLUSTER_ALLOCATOR_BIN="$2" CLUSTER_ROUTER_BIN="$3" \

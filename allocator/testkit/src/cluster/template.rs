@@ -78,10 +78,17 @@ impl Template {
         if shard > 0 {
             args.extend(["--catalog-url".to_owned(), cluster.db_url.clone()]);
         }
-        // Every shard, so that retention sees an order's lines on every shard.
-        args.extend(cluster.shard_args());
         args.extend(self.allocator_args.iter().cloned());
-        Ok(self.service(cluster, Role::Allocator, id, port, url, args, proxies))
+        let mut service = self.service(cluster, Role::Allocator, id, port, url, args, proxies);
+        // Every shard, so that retention sees an order's lines on every shard. Given in the
+        // environment, not as `--shard`: a build from before the flag ignores the variable, so
+        // `ops/bench.sh --compare` can run an older build over several shards.
+        let shards = cluster.shard_urls();
+        if !shards.is_empty() {
+            let list: Vec<String> = shards.iter().map(|(n, u)| format!("{n}={u}")).collect();
+            service.env.push(("ALLOCATOR_SHARDS".to_owned(), list.join(" ")));
+        }
+        Ok(service)
     }
 
     /// A router that is not started yet.
