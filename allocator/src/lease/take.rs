@@ -168,7 +168,9 @@ mod tests {
         assert_eq!(n, 4);
         assert!(s.contains("holder_url = $4"));
         assert!(s.contains("WHERE name = $1 AND NOT moving_in AND (holder_id IS NULL"));
-        assert!(s.contains("AND (l.holder_id IS NULL OR l.expires_at <= now() OR l.holder_id = $2)"));
+        assert!(
+            s.contains("AND (l.holder_id IS NULL OR l.expires_at <= now() OR l.holder_id = $2)")
+        );
         assert!(s.contains("revision = nextval('assignment_revision')"));
         assert!(s.contains("epoch = l.epoch + 1,"));
 
@@ -183,7 +185,13 @@ mod tests {
         assert!(s.contains("THEN l.epoch ELSE l.epoch + 1 END"));
         assert!(s.contains("WHERE l.name = target.name\n"));
 
-        let (s, n) = sql(None, When::Incoming { held_by: "^move/1/" }, true);
+        let (s, n) = sql(
+            None,
+            When::Incoming {
+                held_by: "^move/1/",
+            },
+            true,
+        );
         assert_eq!(n, 4);
         assert!(s.contains("WHERE name = $1 AND moving_in AND holder_id ~ $4\n"));
         assert!(s.contains("FOR UPDATE"));
