@@ -1,22 +1,26 @@
-//! The pure rules of retrying: which failures are retried, whether a failed attempt may have been
-//! applied, and how long to wait before the next attempt.
+//! The router's side of the retry rules: which upstream failures it retries, how it counts and
+//! describes them, and what it answers when it gives up.
 //!
 //! Retrying is safe only because every mutating request the router forwards carries an id
 //! (reservation id, adjustment id, or the reservation id in the path for confirm/release) and the
 //! allocator replays the stored outcome for a known id (DESIGN.md §2 I3). GETs are naturally safe.
 //!
 //! When the router gives up it must tell the client whether the request *may* have been applied,
-//! so the client knows to retry with the same id rather than assume nothing happened. The rule
-//! ([`AttemptFailure::may_have_applied`]) is conservative:
+//! so the client knows to retry with the same id rather than assume nothing happened. That rule
+//! is not written here: [`AttemptFailure::may_have_applied`] asks the client crate's
+//! ([`allocator_client::retry::Attempt::may_have_applied`]), the one the client applies to the
+//! router's own answers, so the two cannot drift. In short: nothing sent (a connection never
+//! made) or a `421`/`503` the allocator answers before touching the database → not applied,
+//! except a `503` whose problem says `outcome_unknown: true`; a timeout or a connection lost
+//! after the request was (possibly) written → may be applied (a reset on a kept-alive connection
+//! included: the router cannot tell "the peer was already dead" from "the peer read the request
+//! and then crashed").
 //!
-//! * never sent (no owner known, connection refused, connect timeout, an `http://` owner while
-//!   the router speaks only TLS to allocators) → not applied;
-//! * refused by the owner with `421` (not the owner) or `503` (no confirmed owner) → not applied,
-//!   the allocator answers those before touching the database — except a `503` whose problem body
-//!   says `outcome_unknown: true` (the owner queued the request but its own deadline passed);
-//! * a timeout or a connection lost after the request was (possibly) written → may be applied.
-//!   This includes a reset on a kept-alive connection: the router cannot tell "the peer was
-//!   already dead" from "the peer read the request and then crashed".
+//! What stays here is the router's own: failures that send nothing and that only a router has
+//! (no owner in the map, an `http://` owner while the router speaks only TLS to allocators),
+//! which count as a connection never made; `421` telling the forwarder to re-read the map before
+//! the next attempt; only `421` and `503` being retried statuses (a `502`/`504` is a gateway's
+//! answer, passed through); the `cause` label of the retry metric; and the give-up status.
 //!
 //! "May have been applied" is sticky across the attempts of one request: a timeout on attempt 1
 //! followed by a clean `503` on attempt 2 still leaves attempt 1 possibly committed.
@@ -25,6 +29,8 @@
 //! lies in `[d/2, d]` with `d = min(max, base * 2^n)`. The lower half bound keeps a minimum spacing (a
 //! crashed owner is not hammered); the random upper half spreads out many routers retrying the
 //! same partition after one failover.
+
+use allocator_client::retry::{Attempt, FailureKind};
 
 /// Why an upstream attempt failed in a retryable way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,16 +86,30 @@ impl AttemptFailure {
         }
     }
 
-    /// Whether the allocator may have applied the request during this attempt.
-    pub fn may_have_applied(self) -> bool {
+    /// This failure as the client crate's rules see an attempt. The router-only failures that
+    /// send nothing (no owner, a plain `http://` owner) are a connection never made.
+    pub fn attempt(self) -> Attempt {
+        let answered = |status, outcome_unknown| Attempt::Answered {
+            status,
+            retry_after: None,
+            outcome_unknown,
+        };
         match self {
-            Self::NoOwner
-            | Self::Misdirected
-            | Self::Unavailable
-            | Self::ConnectFailed
-            | Self::PlainOwner => false,
-            Self::Overdue | Self::Timeout | Self::ConnectionLost => true,
+            Self::NoOwner | Self::PlainOwner | Self::ConnectFailed => {
+                Attempt::Failed(FailureKind::Connect)
+            }
+            Self::Timeout => Attempt::Failed(FailureKind::Timeout),
+            Self::ConnectionLost => Attempt::Failed(FailureKind::Io),
+            Self::Misdirected => answered(421, None),
+            Self::Unavailable => answered(503, None),
+            Self::Overdue => answered(503, Some(true)),
         }
+    }
+
+    /// Whether the allocator may have applied the request during this attempt, by the client
+    /// crate's rule.
+    pub fn may_have_applied(self) -> bool {
+        self.attempt().may_have_applied()
     }
 
     /// Classify a failed transport attempt. A connect error is checked first: a connect timeout
@@ -105,12 +125,23 @@ impl AttemptFailure {
     }
 
     /// Classify an upstream status (and the `outcome_unknown` member of its problem body);
-    /// `None` means the answer is final and goes to the client.
+    /// `None` means the answer is final and goes to the client. Only `421` and `503` are retried;
+    /// whether a `503` may have been applied is the client crate's rule.
     pub fn from_status(status: u16, outcome_unknown: Option<bool>) -> Option<Self> {
-        match (status, outcome_unknown) {
-            (421, _) => Some(Self::Misdirected),
-            (503, Some(true)) => Some(Self::Overdue),
-            (503, _) => Some(Self::Unavailable),
+        match status {
+            421 => Some(Self::Misdirected),
+            503 => {
+                let attempt = Attempt::Answered {
+                    status,
+                    retry_after: None,
+                    outcome_unknown,
+                };
+                Some(if attempt.may_have_applied() {
+                    Self::Overdue
+                } else {
+                    Self::Unavailable
+                })
+            }
             _ => None,
         }
     }

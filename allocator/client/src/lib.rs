@@ -74,8 +74,9 @@
 //! `rustls::ClientConfig` (`Builder::tls`); a client given one refuses an `http://` base URL, so
 //! its token never crosses in clear text.
 //!
-//! Without the default `http` feature only [`backoff`] is compiled: the services' edge shares it
-//! without linking an HTTP client.
+//! Without the default `http` feature only [`backoff`], [`ids`] and the rules of [`retry`] are
+//! compiled: the services' edge shares the backoff, and the router the retry rules, without
+//! linking this HTTP client.
 
 /// Items of the `http` feature (the client itself), under one attribute instead of one each.
 macro_rules! http_only {
@@ -86,6 +87,7 @@ macro_rules! http_only {
 
 pub mod backoff;
 pub mod ids;
+pub mod retry;
 
 http_only! {
     mod api;
@@ -93,7 +95,6 @@ http_only! {
     mod client;
     mod error;
     mod order;
-    pub mod retry;
     mod transport;
 
     pub use api::{new_adjustment, new_reservation, route_path};

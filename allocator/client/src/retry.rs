@@ -12,6 +12,12 @@
 //! * a timeout or a connection lost after the request was (possibly) written → may be applied.
 //!
 //! "May have been applied" sticks across the attempts of one call.
+//!
+//! These rules live here, in the client crate and outside its `http` feature, because they are
+//! the contract between every caller and the services: the router judges its own attempts
+//! towards allocators by [`Attempt::may_have_applied`] too (`router::retry`), so what a router
+//! tells its client and what this client concludes by itself cannot drift apart. The crate
+//! depends on no service crate, so the router can depend on it without a circle.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -215,9 +221,11 @@ pub trait Clock {
 }
 
 /// Tokio's timer and the thread's random number generator.
+#[cfg(feature = "http")]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TokioClock;
 
+#[cfg(feature = "http")]
 impl Clock for TokioClock {
     fn now(&self) -> Instant {
         Instant::now()
@@ -296,6 +304,6 @@ where
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "http"))]
 #[path = "retry_tests.rs"]
 mod tests;

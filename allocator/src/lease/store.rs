@@ -8,12 +8,14 @@
 //! Every statement is a single conditional `UPDATE … RETURNING` judged by the database clock
 //! (`now()`), so two replicas can never both succeed and no replica compares its own wall clock
 //! with anybody's. Acquire bumps the epoch (`epoch = epoch + 1`) and takes a new assignment
-//! revision; release and takeover take a new revision too.
+//! revision; release and takeover take a new revision too. Acquisition is the statement every
+//! lease taker shares ([`super::take`]).
 
 use std::time::Duration;
 
 use tokio_postgres::GenericClient;
 
+use super::take::{take_lease, LeaseTake, When};
 use super::token::FenceToken;
 use schema::partition::lease_name;
 
@@ -53,7 +55,8 @@ fn millis(d: Duration) -> i64 {
 }
 
 /// Try to take `partition`: succeeds when nobody holds it, the holder's lease expired, or this
-/// replica is the recorded holder (a restart under the same id). Always a new, higher epoch.
+/// replica is the recorded holder (a restart under the same id). Always a new, higher epoch and
+/// a new assignment revision; the statement is [`take_lease`]'s (`When::Vacant`).
 pub async fn acquire<C: GenericClient>(
     client: &C,
     partition: u32,
@@ -61,41 +64,23 @@ pub async fn acquire<C: GenericClient>(
     advertise_url: &str,
     ttl: Duration,
 ) -> Result<Option<Acquired>, tokio_postgres::Error> {
-    let row = client
-        .query_opt(
-            // The row is locked FOR UPDATE first: that is the lock mode that conflicts with the
-            // FOR KEY SHARE fence of an in-flight batch, so an acquisition waits for (or, on its
-            // lock timeout, gives up on) every transaction still writing under the old epoch.
-            // A plain UPDATE of these non-key columns would not conflict with the fence.
-            "WITH target AS (
-                 SELECT name, expires_at AS vacant_since FROM leases
-                  WHERE name = $1 AND NOT moving_in
-                    AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
-                    FOR UPDATE)
-             UPDATE leases AS l
-                SET holder_id = $2, holder_url = $3, epoch = l.epoch + 1,
-                    revision = nextval('assignment_revision'),
-                    acquired_at = now(), renewed_at = now(),
-                    expires_at = now() + $4::bigint * interval '1 millisecond',
-                    transitions = l.transitions + 1
-               FROM target
-              WHERE l.name = target.name
-                AND (l.holder_id IS NULL OR l.expires_at <= now() OR l.holder_id = $2)
-          RETURNING l.epoch, l.revision,
-                    greatest(0, (extract(epoch FROM now() - target.vacant_since) * 1000)::bigint)",
-            &[
-                &lease_name(partition),
-                &replica_id,
-                &advertise_url,
-                &millis(ttl),
-            ],
-        )
-        .await?;
-    Ok(row.map(|r| Acquired {
+    let taken = take_lease(
+        client,
+        LeaseTake {
+            name: &lease_name(partition),
+            holder: replica_id,
+            url: Some(advertise_url),
+            ttl,
+            when: When::Vacant,
+            new_revision: true,
+        },
+    )
+    .await?;
+    Ok(taken.map(|t| Acquired {
         partition,
-        epoch: r.get(0),
-        revision: r.get(1),
-        vacant: Duration::from_millis(r.get::<_, Option<i64>>(2).unwrap_or(0) as u64),
+        epoch: t.epoch,
+        revision: t.revision,
+        vacant: t.vacant,
     }))
 }
 

@@ -5,38 +5,35 @@ use std::time::Duration;
 
 use tokio_postgres::GenericClient;
 
+use crate::lease::take::{take_lease, LeaseTake, When};
+
 fn millis(d: Duration) -> i64 {
     d.as_millis() as i64
 }
 
 /// Take the job lease when nobody holds it, it expired, or this replica is the recorded holder
-/// (a restart). Always a new, higher term.
+/// (a restart). Always a new, higher term. The partitions' statement ([`take_lease`]): its
+/// `FOR UPDATE` waits for (or times out on) every step still holding the row `FOR KEY SHARE`
+/// under the old term; no holder URL and no assignment revision, as no job is routed to.
 pub async fn acquire<C: GenericClient>(
     client: &C,
     lease: &str,
     holder_id: &str,
     ttl: Duration,
 ) -> Result<Option<i64>, tokio_postgres::Error> {
-    let row = client
-        .query_opt(
-            // FOR UPDATE first, as for partitions: it waits for (or times out on) every step
-            // still holding the row FOR KEY SHARE under the old term.
-            "WITH target AS (
-                 SELECT name FROM leases
-                  WHERE name = $1 AND (holder_id IS NULL OR expires_at <= now() OR holder_id = $2)
-                    FOR UPDATE)
-             UPDATE leases AS l
-                SET holder_id = $2, holder_url = NULL, epoch = l.epoch + 1,
-                    acquired_at = now(), renewed_at = now(),
-                    expires_at = now() + $3::bigint * interval '1 millisecond',
-                    transitions = l.transitions + 1
-               FROM target
-              WHERE l.name = target.name
-          RETURNING l.epoch",
-            &[&lease, &holder_id, &millis(ttl)],
-        )
-        .await?;
-    Ok(row.map(|r| r.get(0)))
+    let taken = take_lease(
+        client,
+        LeaseTake {
+            name: lease,
+            holder: holder_id,
+            url: None,
+            ttl,
+            when: When::Vacant,
+            new_revision: false,
+        },
+    )
+    .await?;
+    Ok(taken.map(|t| t.epoch))
 }
 
 /// Extend the job lease; `false` means it is no longer this replica's at this term.

@@ -11,6 +11,7 @@ use super::record::holder_pattern;
 use super::rows::copy_rows;
 use super::MOVE_LEASE;
 use crate::lease::store::HANDOFF_CHANNEL;
+use crate::lease::take::{take_lease, LeaseTake, When};
 
 pub(super) async fn has_lease_row(client: &Client, partition: u32) -> anyhow::Result<bool> {
     Ok(client
@@ -22,30 +23,26 @@ pub(super) async fn has_lease_row(client: &Client, partition: u32) -> anyhow::Re
         .is_some())
 }
 
-/// Step 1: the mover's lease on the source, over any live owner; its epoch.
+/// Step 1: the mover's lease on the source, over any live owner; its epoch. The lease takers'
+/// statement ([`take_lease`], `When::Always`): its `FOR UPDATE` waits for the batches still
+/// holding the row `FOR KEY SHARE` under the owner's epoch.
 pub(super) async fn fence(source: &Client, partition: u32, holder: &str) -> anyhow::Result<i64> {
-    let row = source
-        .query_one(
-            "WITH target AS (SELECT name FROM leases WHERE name = $1 FOR UPDATE)
-             UPDATE leases AS l
-                SET holder_id = $2, holder_url = NULL,
-                    epoch = CASE WHEN l.holder_id = $2 AND l.expires_at > now()
-                                 THEN l.epoch ELSE l.epoch + 1 END,
-                    revision = nextval('assignment_revision'),
-                    acquired_at = now(), renewed_at = now(),
-                    expires_at = now() + $3::bigint * interval '1 millisecond',
-                    transitions = l.transitions + 1
-               FROM target
-              WHERE l.name = target.name
-          RETURNING l.epoch",
-            &[
-                &lease_name(partition),
-                &holder,
-                &(MOVE_LEASE.as_millis() as i64),
-            ],
-        )
-        .await?;
-    Ok(row.get(0))
+    let taken = take_lease(
+        source,
+        LeaseTake {
+            name: &lease_name(partition),
+            holder,
+            url: None,
+            ttl: MOVE_LEASE,
+            when: When::Always,
+            new_revision: true,
+        },
+    )
+    .await?;
+    let taken = taken.ok_or_else(|| {
+        anyhow::anyhow!("the source has no lease row of partition {partition} to fence")
+    })?;
+    Ok(taken.epoch)
 }
 
 /// Step 2: the partition's rows from one snapshot of the source into one transaction on the
@@ -186,33 +183,28 @@ pub(super) async fn has_incoming_row(target: &Client, partition: u32) -> anyhow:
 }
 
 /// On a re-run after the retire: the target's incoming lease row taken by this attempt's holder
-/// at a new epoch, from any earlier mover of the partition; the epoch.
+/// at a new epoch, from any earlier mover of the partition ([`take_lease`], `When::Incoming`);
+/// the epoch.
 pub(super) async fn take_over_target(
     target: &Client,
     partition: u32,
     holder: &str,
 ) -> anyhow::Result<i64> {
-    let row = target
-        .query_opt(
-            "WITH row AS (SELECT name FROM leases WHERE name = $1 AND moving_in
-                             AND holder_id ~ $3 FOR UPDATE)
-             UPDATE leases AS l
-                SET holder_id = $2, holder_url = NULL, epoch = l.epoch + 1,
-                    revision = nextval('assignment_revision'),
-                    acquired_at = now(), renewed_at = now(),
-                    expires_at = now() + $4::bigint * interval '1 millisecond',
-                    transitions = l.transitions + 1
-               FROM row WHERE l.name = row.name
-          RETURNING l.epoch",
-            &[
-                &lease_name(partition),
-                &holder,
-                &holder_pattern(partition),
-                &(MOVE_LEASE.as_millis() as i64),
-            ],
-        )
-        .await?;
-    row.map(|r| r.get(0)).ok_or_else(|| {
+    let taken = take_lease(
+        target,
+        LeaseTake {
+            name: &lease_name(partition),
+            holder,
+            url: None,
+            ttl: MOVE_LEASE,
+            when: When::Incoming {
+                held_by: &holder_pattern(partition),
+            },
+            new_revision: true,
+        },
+    )
+    .await?;
+    taken.map(|t| t.epoch).ok_or_else(|| {
         anyhow::anyhow!(
             "partition {partition} has no lease row on its source and no incoming one held by \
              a mover on its target: abort the move and check both shards' records"
