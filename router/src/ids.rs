@@ -92,10 +92,14 @@ pub async fn claim(state: &AppState, claim: &Claim<'_>) -> Result<(), RouterErro
     let pool = state.pool_of(home)?;
     let owner = access::current_owner();
     for _ in 0..ATTEMPTS {
-        let row = db::on_connection(pool, state.db_timeout, async |client| {
-            client
+        // Prepared once per pooled connection: a claim is on every reserve's path, and
+        // preparing it anew would cost a round trip and a plan each time.
+        let row = db::bounded(state.db_timeout, async {
+            let client = pool.get().await?;
+            let statement = client.prepare_cached(CLAIM).await?;
+            Ok(client
                 .query_one(
-                    CLAIM,
+                    &statement,
                     &[
                         &(home as i32),
                         &claim.kind.as_str(),
@@ -107,7 +111,7 @@ pub async fn claim(state: &AppState, claim: &Claim<'_>) -> Result<(), RouterErro
                         &claim.ttl_seconds,
                     ],
                 )
-                .await
+                .await?)
         })
         .await
         .map_err(|e| RouterError::Storage(format!("claiming id {}: {e}", claim.id)))?;
