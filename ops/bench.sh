@@ -15,7 +15,9 @@
 #                             baseline and current on the same rows: closed loop uniform direct,
 #                             zipf routed, and open loop zipf at BENCH_COMPARE_RATE (1000/s)
 #                             direct and routed. Prints both and the ratios of throughput and of
-#                             CPU per operation (no pgbench or Redis rows)
+#                             CPU per operation (no pgbench or Redis rows). With BENCH_SHARDS=2
+#                             BENCH_ALLOCATORS=2 both clusters span two shards and only the
+#                             routed rows run (zipf and uniform closed loop, zipf open loop)
 #   ops/bench.sh --relay      the change-event relay's cost, in one invocation: two clusters of the
 #                             current build, the relay off (baseline) and on (`--events true`,
 #                             current); BENCH_ROUNDS rounds alternate them on closed-loop hot and

@@ -57,7 +57,8 @@ ab_run() {
             use_cluster "$([[ $VARIANT == current ]] && echo cluster || echo baseline)"
             LOADTEST="$([[ $VARIANT == current ]] && echo "$CURRENT_LOADTEST" || echo "$BASE_LOADTEST")"
             step "round $round, $VARIANT"
-            if [[ -n "$SHARDS_AB" ]]; then
+            # Over several shards only routed rows: one allocator serves only its own shard.
+            if [[ -n "$SHARDS_AB" || "${BENCH_SHARDS:-1}" -gt 1 ]]; then
                 loadtest_row router zipf
                 loadtest_row router uniform
                 loadtest_row router zipf open "$COMPARE_RATE"
@@ -78,8 +79,8 @@ ab_run() {
     TABLE="$BENCH_DIR/compare.md"
     {
         echo "$ABOUT, $ROUNDS rounds alternating, ${DURATION}s per row,"
-        if [[ -n "$SHARDS_AB" ]]; then
-            echo "each on its own cluster (durable private PostgreSQL per shard, 2 allocators, 1 router, $PARTITIONS partitions)."
+        if [[ -n "$SHARDS_AB" || "${BENCH_SHARDS:-1}" -gt 1 ]]; then
+            echo "each on its own cluster (durable private PostgreSQL per shard, ${BENCH_ALLOCATORS:-2} allocators, 1 router, $PARTITIONS partitions)."
         else
             echo "each on its own cluster (durable private PostgreSQL, 1 allocator, 1 router, $PARTITIONS partitions)."
         fi

@@ -86,7 +86,9 @@ impl Template {
         let shards = cluster.shard_urls();
         if !shards.is_empty() {
             let list: Vec<String> = shards.iter().map(|(n, u)| format!("{n}={u}")).collect();
-            service.env.push(("ALLOCATOR_SHARDS".to_owned(), list.join(" ")));
+            service
+                .env
+                .push(("ALLOCATOR_SHARDS".to_owned(), list.join(" ")));
         }
         Ok(service)
     }
