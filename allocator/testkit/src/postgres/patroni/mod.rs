@@ -1,0 +1,572 @@
+//! A Patroni cluster, as operators run PostgreSQL: three etcd members and two or three
+//! PostgreSQL nodes, each under a Patroni agent, in synchronous mode, with `pg_rewind` rejoin.
+//!
+//! [`ReplicatedPg`](super::ReplicatedPg) plays the HA manager itself (the test decides when to
+//! promote and what happens to the old primary). Here Patroni decides: it holds the leader key in
+//! etcd, promotes the synchronous standby when the primary crashes or on a switchover, and brings
+//! the old primary back as a standby of the new one, rewinding it with `pg_rewind` when its WAL
+//! went past the point where the new primary's timeline forked. Tests inject the faults operators
+//! meet (a killed postmaster, `patronictl switchover`, a frozen Patroni, a lost etcd member) and
+//! read the outcome through Patroni's REST API (`GET /cluster`) and the servers themselves.
+//!
+//! What is shared with the other servers of this harness: the PostgreSQL binaries and the user
+//! to run them as when the test is root ([`pg_bin_dir`], [`server_user`] in `launch.rs`), free
+//! ports, and [`ChildProcess`] for every agent and etcd member. Patroni itself runs `initdb`,
+//! `pg_basebackup`, `pg_rewind` and the postmasters; it starts each postmaster in a session of
+//! its own so that a crashed agent does not take the database down, which means a postmaster is
+//! not a child of anything this harness spawned. Dropping the cluster therefore kills the agents
+//! first (so none restarts its server), then every process whose command line names the cluster's
+//! temporary directory together with all its descendants (postmasters with their backends, a
+//! running `pg_rewind` or `pg_basebackup`), then etcd, and removes the directory last.
+//!
+//! Every wait has a deadline and its error carries the agents' log tails, so a hung Patroni
+//! fails the test instead of hanging CI. The timings are in [`PatroniTimings`].
+
+mod config;
+mod etcd;
+
+pub use self::config::PatroniTimings;
+pub use self::etcd::{EtcdCluster, EtcdMember};
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use nix::sys::signal::Signal;
+use nix::unistd::{Gid, Uid};
+use serde::Deserialize;
+use tempfile::TempDir;
+
+use super::launch::{pg_bin_dir, server_user};
+use crate::process::{free_port, ChildProcess};
+use crate::procfs::{self, ProcId};
+
+/// How long the first node may take to bootstrap (initdb) and become leader.
+const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the other nodes may take to clone the leader and stream from it.
+const HEALTHY_TIMEOUT: Duration = Duration::from_secs(90);
+/// Bound on one `patronictl` command.
+const PATRONICTL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on one REST or SQL request to a node.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+fn patroni_bin(name: &str) -> PathBuf {
+    std::env::var_os("ALLOCATOR_PATRONI_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin"))
+        .join(name)
+}
+
+/// One member as Patroni's `GET /cluster` lists it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Member {
+    pub name: String,
+    /// `leader`, `sync_standby` or `replica`.
+    pub role: String,
+    /// `running`, `starting`, `stopped`, `crashed`, `creating replica`, ...
+    pub state: String,
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default)]
+    pub timeline: Option<i64>,
+    /// Bytes behind the leader, or `"unknown"`.
+    #[serde(default)]
+    pub lag: Option<serde_json::Value>,
+}
+
+/// One PostgreSQL node and its Patroni agent.
+#[derive(Debug)]
+pub struct PatroniNode {
+    name: String,
+    pg_port: u16,
+    api_port: u16,
+    data_dir: PathBuf,
+    config_path: PathBuf,
+    dir: PathBuf,
+    agent: Option<ChildProcess>,
+}
+
+impl PatroniNode {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// PostgreSQL's TCP port on 127.0.0.1.
+    pub fn pg_port(&self) -> u16 {
+        self.pg_port
+    }
+
+    /// Patroni's REST API port on 127.0.0.1.
+    pub fn api_port(&self) -> u16 {
+        self.api_port
+    }
+
+    /// The node's Patroni configuration file (also what `patronictl -c` takes).
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// URL of database `db` on this node alone.
+    pub fn url_for(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{}",
+            self.pg_port,
+            schema::path::encode_segment(db)
+        )
+    }
+
+    /// The last `n` lines of the agent's log (Patroni's own lines and PostgreSQL's stderr).
+    pub fn log_tail(&self, n: usize) -> String {
+        procfs::tail_file(&self.dir.join("patroni.log"), n)
+    }
+
+    /// Whether the agent logged `needle`, e.g. `"running pg_rewind"`.
+    pub fn log_contains(&self, needle: &str) -> bool {
+        std::fs::read_to_string(self.dir.join("patroni.log")).is_ok_and(|log| log.contains(needle))
+    }
+
+    /// Pid of the running postmaster, from `postmaster.pid` in the data directory.
+    pub fn postmaster_pid(&self) -> Option<i32> {
+        self.postmaster().map(|p| p.pid)
+    }
+
+    fn postmaster(&self) -> Option<ProcId> {
+        let text = std::fs::read_to_string(self.data_dir.join("postmaster.pid")).ok()?;
+        let pid: i32 = text.lines().next()?.trim().parse().ok()?;
+        procfs::proc_id(pid)
+    }
+
+    /// The Patroni agent's process, e.g. to freeze it (`SIGSTOP`).
+    pub fn agent_mut(&mut self) -> Option<&mut ChildProcess> {
+        self.agent.as_mut()
+    }
+}
+
+/// etcd plus Patroni nodes `pg0`, `pg1`, ...; see the module documentation.
+#[derive(Debug)]
+pub struct PatroniCluster {
+    scope: String,
+    nodes: Vec<PatroniNode>,
+    etcd: EtcdCluster,
+    http: reqwest::Client,
+    /// Removed last, after `Drop::drop` killed every process.
+    tmp: TempDir,
+}
+
+impl PatroniCluster {
+    /// `size` nodes (2 or 3) with the test timings, returned once one is leader and every other
+    /// one streams from it with a synchronous standby among them.
+    pub async fn start(size: usize) -> Result<PatroniCluster> {
+        PatroniCluster::start_with(size, PatroniTimings::default()).await
+    }
+
+    pub async fn start_with(size: usize, timings: PatroniTimings) -> Result<PatroniCluster> {
+        if !(2..=5).contains(&size) {
+            bail!("a Patroni test cluster has 2 to 5 nodes, not {size}");
+        }
+        let patroni = patroni_bin("patroni");
+        if !patroni.is_file() {
+            bail!(
+                "no Patroni at {} (apt-get install patroni, or set ALLOCATOR_PATRONI_DIR)",
+                patroni.display()
+            );
+        }
+        let bin_dir = pg_bin_dir()?;
+        let run_as = server_user()?;
+        let tmp = tempfile::Builder::new()
+            .prefix("allocator-patroni-")
+            .tempdir()
+            .context("creating temporary directory for Patroni")?;
+        give_to(tmp.path(), run_as)?;
+        let etcd_dir = tmp.path().join("etcd");
+        std::fs::create_dir(&etcd_dir)?;
+        let etcd = EtcdCluster::start(&etcd_dir, 3).await?;
+        let scope = tmp
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("allocator-patroni")
+            .to_owned();
+        let mut nodes = Vec::with_capacity(size);
+        for i in 0..size {
+            let name = format!("pg{i}");
+            let dir = tmp.path().join(&name);
+            let socket_dir = dir.join("sock");
+            std::fs::create_dir_all(&socket_dir)?;
+            give_to(&dir, run_as)?;
+            give_to(&socket_dir, run_as)?;
+            let (pg_port, api_port) = (free_port(), free_port());
+            let data_dir = dir.join("data");
+            let config_path = dir.join("patroni.yml");
+            let layout = config::NodeLayout {
+                scope: &scope,
+                name: &name,
+                pg_port,
+                api_port,
+                data_dir: &data_dir,
+                socket_dir: &socket_dir,
+                pgpass: &dir.join("pgpass"),
+                bin_dir: &bin_dir,
+                etcd_hosts: &etcd.endpoints(),
+                timings,
+            };
+            let text = serde_json::to_string_pretty(&config::node_config(&layout))?;
+            std::fs::write(&config_path, text)
+                .with_context(|| format!("writing {}", config_path.display()))?;
+            nodes.push(PatroniNode {
+                name,
+                pg_port,
+                api_port,
+                data_dir,
+                config_path,
+                dir,
+                agent: None,
+            });
+        }
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()?;
+        let mut cluster = PatroniCluster {
+            scope,
+            nodes,
+            etcd,
+            http,
+            tmp,
+        };
+        // The first node alone, so that it is the one that bootstraps; then the others clone it.
+        cluster.start_agent(0, run_as)?;
+        cluster
+            .wait_for(
+                BOOTSTRAP_TIMEOUT,
+                "pg0 to bootstrap and lead",
+                |c| async move { c.primary_api(0).await },
+            )
+            .await?;
+        for i in 1..size {
+            cluster.start_agent(i, run_as)?;
+        }
+        cluster.wait_healthy(HEALTHY_TIMEOUT).await?;
+        Ok(cluster)
+    }
+
+    fn start_agent(&mut self, i: usize, run_as: Option<(Uid, Gid)>) -> Result<()> {
+        let node = &mut self.nodes[i];
+        let envs = [
+            ("HOME".to_owned(), node.dir.display().to_string()),
+            (
+                "PGPASSFILE".to_owned(),
+                node.dir.join("pgpass").display().to_string(),
+            ),
+        ];
+        node.agent = Some(ChildProcess::spawn_as(
+            &patroni_bin("patroni"),
+            [&node.config_path],
+            &envs,
+            &node.dir.join("patroni.log"),
+            run_as,
+        )?);
+        Ok(())
+    }
+
+    pub fn nodes(&self) -> &[PatroniNode] {
+        &self.nodes
+    }
+
+    pub fn nodes_mut(&mut self) -> &mut [PatroniNode] {
+        &mut self.nodes
+    }
+
+    pub fn etcd_mut(&mut self) -> &mut EtcdCluster {
+        &mut self.etcd
+    }
+
+    /// The temporary directory holding every node, etcd member and log.
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// The Patroni scope (cluster name), as `patronictl list` takes it.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The node named `name`.
+    pub fn node(&self, name: &str) -> Result<&PatroniNode> {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| anyhow!("no Patroni node {name:?}"))
+    }
+
+    /// A multi-host URL naming every node in order, for database `db`, with
+    /// `target_session_attrs=read-write`, as a service is configured.
+    pub fn url(&self, db: &str) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.pg_port))
+            .collect();
+        format!(
+            "postgres://postgres@{}/{}?target_session_attrs=read-write",
+            hosts.join(","),
+            schema::path::encode_segment(db)
+        )
+    }
+
+    /// Creates database `name` on the leader and returns the multi-host URL of it.
+    pub async fn create_database(&self, name: &str) -> Result<String> {
+        let leader = self.leader().await?;
+        let client = connect(&self.node(&leader.name)?.url_for("postgres")).await?;
+        client
+            .batch_execute(&format!(
+                "CREATE DATABASE \"{}\"",
+                name.replace('"', "\"\"")
+            ))
+            .await
+            .with_context(|| format!("creating database {name:?}"))?;
+        Ok(self.url(name))
+    }
+
+    /// The members as the first node that answers `GET /cluster` sees them.
+    pub async fn members(&self) -> Result<Vec<Member>> {
+        #[derive(Deserialize)]
+        struct ClusterJson {
+            members: Vec<Member>,
+        }
+        let mut last = anyhow!("no node to ask");
+        for node in &self.nodes {
+            let url = format!("http://127.0.0.1:{}/cluster", node.api_port);
+            match self.http.get(&url).send().await {
+                Ok(response) => match response.json::<ClusterJson>().await {
+                    Ok(cluster) => return Ok(cluster.members),
+                    Err(e) => last = anyhow!("{url}: {e}"),
+                },
+                Err(e) => last = anyhow!("{url}: {e}"),
+            }
+        }
+        Err(last)
+    }
+
+    /// The leader, which must be running.
+    pub async fn leader(&self) -> Result<Member> {
+        let members = self.members().await?;
+        members
+            .into_iter()
+            .find(|m| m.role == "leader" && m.state == "running")
+            .ok_or_else(|| anyhow!("no running leader"))
+    }
+
+    /// `Ok` when node `i`'s agent answers `GET /primary` with 200 (it leads and its server runs).
+    async fn primary_api(&self, i: usize) -> Result<()> {
+        let url = format!("http://127.0.0.1:{}/primary", self.nodes[i].api_port);
+        let status = self.http.get(&url).send().await?.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            bail!("{url} answered {status}")
+        }
+    }
+
+    /// Waits until the cluster is whole: a running leader, every other node running on the
+    /// leader's timeline and streaming from it (`pg_stat_replication`), one of them synchronous.
+    /// Returns the members then.
+    pub async fn wait_healthy(&self, timeout: Duration) -> Result<Vec<Member>> {
+        self.wait_for(timeout, "the cluster to be healthy", |c| async move {
+            c.healthy().await
+        })
+        .await
+    }
+
+    async fn healthy(&self) -> Result<Vec<Member>> {
+        let members = self.members().await?;
+        if members.len() != self.nodes.len() {
+            bail!(
+                "{} of {} members registered",
+                members.len(),
+                self.nodes.len()
+            );
+        }
+        let leader = members
+            .iter()
+            .find(|m| m.role == "leader" && m.state == "running")
+            .ok_or_else(|| anyhow!("no running leader: {members:?}"))?;
+        if !members.iter().any(|m| m.role == "sync_standby") {
+            bail!("no synchronous standby: {members:?}");
+        }
+        let client = connect(&self.node(&leader.name)?.url_for("postgres")).await?;
+        let streaming: Vec<String> = client
+            .query(
+                "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        for member in members.iter().filter(|m| m.name != leader.name) {
+            if member.state != "running" || member.timeline != leader.timeline {
+                bail!(
+                    "{} is not a running replica on the leader's timeline: {members:?}",
+                    member.name
+                );
+            }
+            if !streaming.contains(&member.name) {
+                bail!(
+                    "{} does not stream from {} ({streaming:?})",
+                    member.name,
+                    leader.name
+                );
+            }
+        }
+        Ok(members)
+    }
+
+    /// Polls `check` every 200 ms until it succeeds or `timeout` passes; the error names what
+    /// was awaited, the last failure and the agents' log tails.
+    pub async fn wait_for<'a, T, F, Fut>(
+        &'a self,
+        timeout: Duration,
+        what: &str,
+        check: F,
+    ) -> Result<T>
+    where
+        F: Fn(&'a PatroniCluster) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + 'a,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last = match tokio::time::timeout(REQUEST_TIMEOUT * 2, check(self)).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) => format!("{e:#}"),
+                Err(_) => "check timed out".to_owned(),
+            };
+            if Instant::now() >= deadline {
+                bail!(
+                    "waited {timeout:?} for {what}; last: {last}\n{}",
+                    self.log_tails(20)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The last `n` lines of every agent's log.
+    pub fn log_tails(&self, n: usize) -> String {
+        self.nodes
+            .iter()
+            .map(|node| format!("--- {} ---\n{}\n", node.name, node.log_tail(n)))
+            .collect()
+    }
+
+    /// `SIGKILL`s the postmaster of node `name` (only the postmaster: its backends notice and
+    /// exit, as after a crash). Returns the killed pid.
+    pub fn kill_postmaster(&self, name: &str) -> Result<i32> {
+        let pm = self
+            .node(name)?
+            .postmaster()
+            .ok_or_else(|| anyhow!("{name} has no running postmaster"))?;
+        procfs::signal(&pm, Signal::SIGKILL);
+        Ok(pm.pid)
+    }
+
+    /// Runs `patronictl -c <config> <args...>` (bounded by 60 s) and returns its output.
+    pub async fn patronictl(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = tokio::process::Command::new(patroni_bin("patronictl"));
+        cmd.arg("-c")
+            .arg(&self.nodes[0].config_path)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(PATRONICTL_TIMEOUT, cmd.output())
+            .await
+            .map_err(|_| {
+                anyhow!("patronictl {args:?} did not finish within {PATRONICTL_TIMEOUT:?}")
+            })?
+            .context("running patronictl")?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            bail!("patronictl {args:?} failed with {}:\n{text}", out.status);
+        }
+        Ok(text)
+    }
+
+    /// A planned switchover from `leader` to `candidate`, as an operator runs it
+    /// (`patronictl switchover --force`).
+    pub async fn switchover(&self, leader: &str, candidate: &str) -> Result<String> {
+        let scope = self.scope.clone();
+        self.patronictl(&[
+            "switchover",
+            &scope,
+            "--leader",
+            leader,
+            "--candidate",
+            candidate,
+            "--force",
+        ])
+        .await
+    }
+}
+
+impl Drop for PatroniCluster {
+    fn drop(&mut self) {
+        // Agents first, so that none restarts or promotes its server while it is being killed.
+        for node in &mut self.nodes {
+            drop(node.agent.take());
+        }
+        let needle = format!("{}/", self.tmp.path().display());
+        let roots = procfs_with_cmdline(&needle);
+        let mut all = Vec::new();
+        for root in &roots {
+            all.push(*root);
+            all.extend(procfs::descendants(root.pid));
+        }
+        for p in &all {
+            procfs::signal(p, Signal::SIGCONT);
+            procfs::signal(p, Signal::SIGKILL);
+        }
+        procfs::wait_gone(&all, Duration::from_secs(5));
+    }
+}
+
+/// Processes whose command line contains `needle` (the cluster's directory).
+fn procfs_with_cmdline(needle: &str) -> Vec<ProcId> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let needle = needle.as_bytes();
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmd| cmd.windows(needle.len()).any(|w| w == needle))
+        })
+        .filter_map(procfs::proc_id)
+        .collect()
+}
+
+/// Hands `dir` to the server user when the test runs as root.
+fn give_to(dir: &Path, run_as: Option<(Uid, Gid)>) -> Result<()> {
+    if let Some((uid, gid)) = run_as {
+        std::os::unix::fs::chown(dir, Some(uid.as_raw()), Some(gid.as_raw()))
+            .with_context(|| format!("chown {} to postgres", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// A client of `url`, bounded by [`REQUEST_TIMEOUT`], its connection driven by a task.
+pub async fn connect(url: &str) -> Result<tokio_postgres::Client> {
+    let (client, connection) = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        tokio_postgres::connect(url, tokio_postgres::NoTls),
+    )
+    .await
+    .map_err(|_| anyhow!("connecting to {url} timed out"))?
+    .with_context(|| format!("connecting to {url}"))?;
+    tokio::spawn(connection);
+    Ok(client)
+}

@@ -1,0 +1,149 @@
+//! Failover the way Patroni does it, under load: an allocator given the multi-host URL of a
+//! two-node Patroni cluster (synchronous mode, `pg_rewind`, three etcd members; see
+//! `testkit::postgres::patroni`) serves a stream of reserves with unique ids while
+//!
+//! - the leader's postmaster is `SIGKILL`ed: Patroni notices within one loop (2 s) and, with
+//!   `primary_start_timeout = 0`, fails over to the synchronous standby instead of restarting in
+//!   place; the old primary rejoins as a standby (through `pg_rewind` when its WAL went past the
+//!   fork);
+//! - an operator runs `patronictl switchover --force`: the leader shuts down cleanly, the standby
+//!   is promoted and the old leader follows it.
+//!
+//! Afterwards every acknowledged hold (`201`) and confirmation is on the new primary (0 lost),
+//! every SKU balances (`available + held + confirmed = on_hand`, the row equals its ledger, no
+//! oversell), `GET /cluster` shows the old primary running as a standby on the new timeline and
+//! it streams, and the identities every node gave through the fault, replayed through the storage
+//! fence's rule, never make the old primary writable after the promotion, while the old primary
+//! as it was is refused (`behind`). The times from the fault to the first successful reserve (of
+//! a request sent after the fault), to the promotion and to the rejoin are printed
+//! (`--nocapture`), not asserted: they depend on Patroni's timings and the machine.
+
+use std::time::{Duration, Instant};
+
+use testkit::workload::{Acks, Shape, Workload};
+
+use crate::patroni_support::*;
+
+/// Reserving clients; no restocker, so stock stays [`STOCK`].
+const LOAD: Shape = Shape {
+    clients: 4,
+    restock: false,
+};
+/// Bound on Patroni electing a new leader after a fault.
+const PROMOTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on the old primary rejoining and streaming.
+const REJOIN_TIMEOUT: Duration = Duration::from_secs(40);
+/// Bound on the allocator serving again after the promotion.
+const SERVICE_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_postmaster_fails_over_and_loses_no_acknowledged_hold() {
+    run_fault(setup("patroni_kill").await, Fault::KillPostmaster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patronictl_switchover_loses_no_acknowledged_hold() {
+    run_fault(setup("patroni_switchover").await, Fault::Switchover).await;
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// `SIGKILL` of the leader's postmaster.
+    KillPostmaster,
+    /// `patronictl switchover --force` to the synchronous standby.
+    Switchover,
+}
+
+/// Load for 3 s, the fault, then load until the old primary streams again plus 2 s; then the
+/// checks of the module documentation.
+async fn run_fault(setup: Setup, fault: Fault) {
+    let db = setup.db.clone();
+    let pg = &setup.pg;
+    let old = pg.leader().await.expect("leader").name;
+    let candidate = pg
+        .members()
+        .await
+        .expect("members")
+        .into_iter()
+        .find(|m| m.role == "sync_standby")
+        .expect("a synchronous standby")
+        .name;
+    let stale = identity_of(pg, &old, &db).await;
+    let sampler = IdentitySampler::start(pg, &db);
+    let load = Workload::start(&setup.replica.url, &setup.skus, LOAD);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = load.with_acks(|a| a.holds.len());
+    assert!(before > 0, "no hold before the fault");
+
+    let fault_at = Instant::now();
+    match fault {
+        Fault::KillPostmaster => {
+            let pid = pg.kill_postmaster(&old).expect("kill the postmaster");
+            eprintln!("killed {old}'s postmaster (pid {pid})");
+        }
+        Fault::Switchover => {
+            let out = pg.switchover(&old, &candidate).await.expect("switchover");
+            eprintln!("patronictl: {}", out.lines().last().unwrap_or_default());
+        }
+    }
+    let new_leader = pg
+        .wait_for(PROMOTION_TIMEOUT, "a new leader", |c| {
+            let old = old.clone();
+            async move {
+                let leader = c.leader().await?;
+                anyhow::ensure!(leader.name != old, "{old} still leads");
+                Ok(leader)
+            }
+        })
+        .await
+        .expect("promotion");
+    let promoted_after = fault_at.elapsed();
+    let deadline = Instant::now() + SERVICE_TIMEOUT;
+    let service_after = loop {
+        if let Some(after) = load.with_acks(|a| a.first_success_sent_after(fault_at)) {
+            break after;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reserve succeeded within {SERVICE_TIMEOUT:?} after the promotion"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let members = pg
+        .wait_healthy(REJOIN_TIMEOUT)
+        .await
+        .expect("old primary rejoins");
+    let rejoined_after = fault_at.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let end = Instant::now();
+    let acks: Acks = load.finish().await;
+    let samples = sampler.finish().await;
+
+    let old_node = pg.node(&old).unwrap();
+    let rewound = old_node.log_contains("pg_rewind exit code=0");
+    let fence_learnt = check_fence(&samples, &old, &stale);
+    eprintln!(
+        "{fault:?}: {old} -> {}: promoted after {promoted_after:?} (seen by the fence after \
+         {:?}); first reserve sent after the fault succeeded {service_after:?} after it; longest \
+         time without a 2xx {:?}; {old} streaming again after {rejoined_after:?} ({}); {} holds \
+         and {} confirmations acknowledged, {} reserves refused or unanswered",
+        new_leader.name,
+        fence_learnt.saturating_duration_since(fault_at),
+        acks.longest_gap(fault_at - Duration::from_secs(1), end),
+        if rewound {
+            "rewound with pg_rewind"
+        } else {
+            "no divergence, pg_rewind not needed"
+        },
+        acks.holds.len(),
+        acks.confirms.len(),
+        acks.failed_reserves.len(),
+    );
+    check_rejoined(&members, &old, stale.timeline);
+    check_database(&setup.url, &acks, &setup.skus).await;
+    assert!(
+        acks.successes_after(fault_at + service_after) > 0,
+        "the allocator did not keep serving after the failover"
+    );
+    setup.replica.stop().await;
+}
