@@ -83,7 +83,8 @@ async fn run_fault(setup: Setup, fault: Fault) {
         }
         Fault::Switchover => {
             let out = pg.switchover(&old, &candidate).await.expect("switchover");
-            eprintln!("patronictl: {}", out.lines().last().unwrap_or_default());
+            let said = out.lines().find(|l| l.contains("witched over"));
+            eprintln!("patronictl: {}", said.unwrap_or(&out));
         }
     }
     let new_leader = pg
