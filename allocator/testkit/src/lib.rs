@@ -63,7 +63,9 @@ mod procfs;
 pub use self::api_client::{Answer, ApiClient};
 pub use self::browser::Browser;
 pub use self::cluster::Cluster;
-pub use self::postgres::{PatroniCluster, PatroniTimings, PgServer, ReplicatedPg, Replication};
+pub use self::postgres::{
+    PatroniCluster, PatroniOptions, PatroniTimings, PgServer, ReplicatedPg, Replication,
+};
 pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::{cpu_times, resident_set_kib, tree_cpu_time, CpuTimes};
 pub use self::proxy::{ProxyMode, TcpProxy};

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use testkit::workload::{Acks, Shape, Workload};
 
+use crate::common::metrics_text;
 use crate::patroni_support::*;
 
 /// Reserving clients; no restocker, so stock stays [`STOCK`].
@@ -38,12 +39,25 @@ const SERVICE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_postmaster_fails_over_and_loses_no_acknowledged_hold() {
-    run_fault(setup("patroni_kill").await, Fault::KillPostmaster).await;
+    run_fault(setup("patroni_kill", false).await, Fault::KillPostmaster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_patronictl_switchover_loses_no_acknowledged_hold() {
-    run_fault(setup("patroni_switchover").await, Fault::Switchover).await;
+    run_fault(setup("patroni_switchover", false).await, Fault::Switchover).await;
+}
+
+/// Not in CI (each waits out Patroni's `ttl`): `ops/patroni-faults.sh` runs them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out the leader key's ttl; run by ops/patroni-faults.sh"]
+async fn a_frozen_leader_agent_is_replaced_and_its_server_refused() {
+    run_fault(setup("patroni_freeze", false).await, Fault::FreezeAgent).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits out the leader key's ttl; run by ops/patroni-faults.sh"]
+async fn a_leader_cut_off_from_etcd_demotes_itself_and_is_replaced() {
+    run_fault(setup("patroni_etcd_cut", true).await, Fault::CutFromEtcd).await;
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -52,11 +66,20 @@ enum Fault {
     KillPostmaster,
     /// `patronictl switchover --force` to the synchronous standby.
     Switchover,
+    /// `SIGSTOP` of the leader's Patroni agent (its PostgreSQL runs on, writable), thawed
+    /// [`COEXIST`] after the standby was promoted.
+    FreezeAgent,
+    /// The leader's agent cut off from every etcd member, reconnected [`COEXIST`] after the
+    /// standby was promoted.
+    CutFromEtcd,
 }
+
+/// How long a frozen or cut-off old leader runs beside the promoted one before it is healed.
+const COEXIST: Duration = Duration::from_secs(3);
 
 /// Load for 3 s, the fault, then load until the old primary streams again plus 2 s; then the
 /// checks of the module documentation.
-async fn run_fault(setup: Setup, fault: Fault) {
+async fn run_fault(mut setup: Setup, fault: Fault) {
     let db = setup.db.clone();
     let pg = &setup.pg;
     let old = pg.leader().await.expect("leader").name;
@@ -86,7 +109,10 @@ async fn run_fault(setup: Setup, fault: Fault) {
             let said = out.lines().find(|l| l.contains("witched over"));
             eprintln!("patronictl: {}", said.unwrap_or(&out));
         }
+        Fault::FreezeAgent => setup.pg.freeze_agent(&old).expect("freeze the agent"),
+        Fault::CutFromEtcd => setup.pg.cut_from_etcd(&old).expect("cut from etcd"),
     }
+    let pg = &setup.pg;
     let new_leader = pg
         .wait_for(PROMOTION_TIMEOUT, "a new leader", |c| {
             let old = old.clone();
@@ -99,6 +125,14 @@ async fn run_fault(setup: Setup, fault: Fault) {
         .await
         .expect("promotion");
     let promoted_after = fault_at.elapsed();
+    if matches!(fault, Fault::FreezeAgent | Fault::CutFromEtcd) {
+        tokio::time::sleep(COEXIST).await;
+        match fault {
+            Fault::FreezeAgent => setup.pg.thaw_agent(&old).expect("thaw the agent"),
+            _ => setup.pg.reconnect_etcd(&old).expect("reconnect etcd"),
+        }
+    }
+    let pg = &setup.pg;
     let deadline = Instant::now() + SERVICE_TIMEOUT;
     let service_after = loop {
         if let Some(after) = load.with_acks(|a| a.first_success_sent_after(fault_at)) {
@@ -140,6 +174,14 @@ async fn run_fault(setup: Setup, fault: Fault) {
         acks.confirms.len(),
         acks.failed_reserves.len(),
     );
+    // The fence's own series (process-wide: other tests running beside this one add to them).
+    let fence_series: Vec<String> = metrics_text(&setup.replica.url)
+        .await
+        .lines()
+        .filter(|l| l.starts_with("allocator_storage_") && !l.contains("lag"))
+        .map(str::to_owned)
+        .collect();
+    eprintln!("allocator's storage fence: {}", fence_series.join("; "));
     check_rejoined(&members, &old, stale.timeline);
     check_database(&setup.url, &acks, &setup.skus).await;
     assert!(

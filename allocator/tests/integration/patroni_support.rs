@@ -11,7 +11,7 @@ use storage::identity::{Known, ServerIdentity};
 use storage::{Refusal, Verdict};
 use testkit::postgres::patroni::{connect, Member};
 use testkit::workload::{lost_on, Acks};
-use testkit::PatroniCluster;
+use testkit::{PatroniCluster, PatroniOptions};
 use tokio::task::JoinHandle;
 
 use crate::common::*;
@@ -35,10 +35,19 @@ pub struct Setup {
     _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
-pub async fn setup(db: &str) -> Setup {
+/// `etcd_proxies`: each agent reaches etcd through proxies of its own, so that one node can be
+/// cut off from etcd.
+pub async fn setup(db: &str, etcd_proxies: bool) -> Setup {
     let turn = TURN.lock().await;
     let started = Instant::now();
-    let pg = PatroniCluster::start(2).await.expect("Patroni cluster");
+    let options = PatroniOptions {
+        nodes: 2,
+        etcd_proxies,
+        ..PatroniOptions::default()
+    };
+    let pg = PatroniCluster::start_with(options)
+        .await
+        .expect("Patroni cluster");
     let url = pg.create_database(db).await.expect("database");
     migrate(&url, PARTITIONS).await;
     let replica = TestReplica::start(fast_config(&url, &format!("{db}-a"))).await;

@@ -27,7 +27,7 @@ mod launch;
 pub mod patroni;
 mod replication;
 
-pub use self::patroni::{PatroniCluster, PatroniTimings};
+pub use self::patroni::{PatroniCluster, PatroniOptions, PatroniTimings};
 pub use self::replication::{ReplicatedPg, Replication};
 
 use std::path::{Path, PathBuf};

@@ -83,6 +83,8 @@ pub(super) struct NodeLayout<'a> {
     pub pgpass: &'a Path,
     pub bin_dir: &'a Path,
     pub etcd_hosts: &'a [String],
+    /// `etcd_hosts` are proxies: no discovery of the members' own addresses.
+    pub etcd_use_proxies: bool,
     pub timings: PatroniTimings,
 }
 
@@ -98,7 +100,11 @@ pub(super) fn node_config(node: &NodeLayout<'_>) -> Value {
             "listen": format!("127.0.0.1:{}", node.api_port),
             "connect_address": format!("127.0.0.1:{}", node.api_port),
         },
-        "etcd3": {"hosts": node.etcd_hosts, "protocol": "http"},
+        "etcd3": {
+            "hosts": node.etcd_hosts,
+            "protocol": "http",
+            "use_proxies": node.etcd_use_proxies,
+        },
         "bootstrap": {
             "dcs": {
                 "ttl": t.ttl,

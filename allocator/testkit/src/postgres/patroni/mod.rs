@@ -24,22 +24,25 @@
 
 mod config;
 mod etcd;
+mod faults;
+mod status;
 
 pub use self::config::PatroniTimings;
 pub use self::etcd::{EtcdCluster, EtcdMember};
+pub use self::status::Member;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::signal::Signal;
 use nix::unistd::{Gid, Uid};
-use serde::Deserialize;
 use tempfile::TempDir;
 
 use super::launch::{pg_bin_dir, server_user};
 use crate::process::{free_port, ChildProcess};
 use crate::procfs::{self, ProcId};
+use crate::proxy::TcpProxy;
 
 /// How long the first node may take to bootstrap (initdb) and become leader.
 const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -57,23 +60,6 @@ fn patroni_bin(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// One member as Patroni's `GET /cluster` lists it.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Member {
-    pub name: String,
-    /// `leader`, `sync_standby` or `replica`.
-    pub role: String,
-    /// `running`, `starting`, `stopped`, `crashed`, `creating replica`, ...
-    pub state: String,
-    #[serde(default)]
-    pub port: Option<u16>,
-    #[serde(default)]
-    pub timeline: Option<i64>,
-    /// Bytes behind the leader, or `"unknown"`.
-    #[serde(default)]
-    pub lag: Option<serde_json::Value>,
-}
-
 /// One PostgreSQL node and its Patroni agent.
 #[derive(Debug)]
 pub struct PatroniNode {
@@ -84,6 +70,9 @@ pub struct PatroniNode {
     config_path: PathBuf,
     dir: PathBuf,
     agent: Option<ChildProcess>,
+    /// With [`PatroniOptions::etcd_proxies`]: the agent reaches etcd member `i` only through
+    /// proxy `i`, so the node can be cut off from etcd alone.
+    etcd_proxies: Vec<TcpProxy>,
 }
 
 impl PatroniNode {
@@ -142,6 +131,28 @@ impl PatroniNode {
     }
 }
 
+/// What to start.
+#[derive(Debug, Clone, Copy)]
+pub struct PatroniOptions {
+    /// PostgreSQL nodes, 2 to 5.
+    pub nodes: usize,
+    pub timings: PatroniTimings,
+    /// Route each agent's etcd traffic through [`TcpProxy`]s of its own (Patroni's
+    /// `use_proxies`: no discovery of the members' own addresses), for
+    /// [`PatroniCluster::cut_from_etcd`]. The proxies run on the caller's tokio runtime.
+    pub etcd_proxies: bool,
+}
+
+impl Default for PatroniOptions {
+    fn default() -> Self {
+        PatroniOptions {
+            nodes: 2,
+            timings: PatroniTimings::default(),
+            etcd_proxies: false,
+        }
+    }
+}
+
 /// etcd plus Patroni nodes `pg0`, `pg1`, ...; see the module documentation.
 #[derive(Debug)]
 pub struct PatroniCluster {
@@ -157,10 +168,19 @@ impl PatroniCluster {
     /// `size` nodes (2 or 3) with the test timings, returned once one is leader and every other
     /// one streams from it with a synchronous standby among them.
     pub async fn start(size: usize) -> Result<PatroniCluster> {
-        PatroniCluster::start_with(size, PatroniTimings::default()).await
+        PatroniCluster::start_with(PatroniOptions {
+            nodes: size,
+            ..PatroniOptions::default()
+        })
+        .await
     }
 
-    pub async fn start_with(size: usize, timings: PatroniTimings) -> Result<PatroniCluster> {
+    pub async fn start_with(options: PatroniOptions) -> Result<PatroniCluster> {
+        let PatroniOptions {
+            nodes: size,
+            timings,
+            etcd_proxies,
+        } = options;
         if !(2..=5).contains(&size) {
             bail!("a Patroni test cluster has 2 to 5 nodes, not {size}");
         }
@@ -196,6 +216,18 @@ impl PatroniCluster {
             give_to(&dir, run_as)?;
             give_to(&socket_dir, run_as)?;
             let (pg_port, api_port) = (free_port(), free_port());
+            let proxies = match etcd_proxies {
+                true => etcd
+                    .endpoints()
+                    .iter()
+                    .map(|e| TcpProxy::start(e.parse()?))
+                    .collect::<Result<Vec<_>>>()?,
+                false => Vec::new(),
+            };
+            let etcd_hosts = match etcd_proxies {
+                true => proxies.iter().map(|p| p.addr().to_string()).collect(),
+                false => etcd.endpoints(),
+            };
             let data_dir = dir.join("data");
             let config_path = dir.join("patroni.yml");
             let layout = config::NodeLayout {
@@ -207,7 +239,8 @@ impl PatroniCluster {
                 socket_dir: &socket_dir,
                 pgpass: &dir.join("pgpass"),
                 bin_dir: &bin_dir,
-                etcd_hosts: &etcd.endpoints(),
+                etcd_hosts: &etcd_hosts,
+                etcd_use_proxies: etcd_proxies,
                 timings,
             };
             let text = serde_json::to_string_pretty(&config::node_config(&layout))?;
@@ -221,6 +254,7 @@ impl PatroniCluster {
                 config_path,
                 dir,
                 agent: None,
+                etcd_proxies: proxies,
             });
         }
         let http = reqwest::Client::builder()
@@ -290,6 +324,13 @@ impl PatroniCluster {
         &self.scope
     }
 
+    fn node_mut(&mut self, name: &str) -> Result<&mut PatroniNode> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .ok_or_else(|| anyhow!("no Patroni node {name:?}"))
+    }
+
     /// The node named `name`.
     pub fn node(&self, name: &str) -> Result<&PatroniNode> {
         self.nodes
@@ -325,189 +366,6 @@ impl PatroniCluster {
             .await
             .with_context(|| format!("creating database {name:?}"))?;
         Ok(self.url(name))
-    }
-
-    /// The members as the first node that answers `GET /cluster` sees them.
-    pub async fn members(&self) -> Result<Vec<Member>> {
-        #[derive(Deserialize)]
-        struct ClusterJson {
-            members: Vec<Member>,
-        }
-        let mut last = anyhow!("no node to ask");
-        for node in &self.nodes {
-            let url = format!("http://127.0.0.1:{}/cluster", node.api_port);
-            match self.http.get(&url).send().await {
-                Ok(response) => match response.json::<ClusterJson>().await {
-                    Ok(cluster) => return Ok(cluster.members),
-                    Err(e) => last = anyhow!("{url}: {e}"),
-                },
-                Err(e) => last = anyhow!("{url}: {e}"),
-            }
-        }
-        Err(last)
-    }
-
-    /// The leader, which must be running.
-    pub async fn leader(&self) -> Result<Member> {
-        let members = self.members().await?;
-        members
-            .into_iter()
-            .find(|m| m.role == "leader" && m.state == "running")
-            .ok_or_else(|| anyhow!("no running leader"))
-    }
-
-    /// `Ok` when node `i`'s agent answers `GET /primary` with 200 (it leads and its server runs).
-    async fn primary_api(&self, i: usize) -> Result<()> {
-        let url = format!("http://127.0.0.1:{}/primary", self.nodes[i].api_port);
-        let status = self.http.get(&url).send().await?.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            bail!("{url} answered {status}")
-        }
-    }
-
-    /// Waits until the cluster is whole: a running leader, every other node running on the
-    /// leader's timeline and streaming from it (`pg_stat_replication`), one of them synchronous.
-    /// Returns the members then.
-    pub async fn wait_healthy(&self, timeout: Duration) -> Result<Vec<Member>> {
-        self.wait_for(timeout, "the cluster to be healthy", |c| async move {
-            c.healthy().await
-        })
-        .await
-    }
-
-    async fn healthy(&self) -> Result<Vec<Member>> {
-        let members = self.members().await?;
-        if members.len() != self.nodes.len() {
-            bail!(
-                "{} of {} members registered",
-                members.len(),
-                self.nodes.len()
-            );
-        }
-        let leader = members
-            .iter()
-            .find(|m| m.role == "leader" && m.state == "running")
-            .ok_or_else(|| anyhow!("no running leader: {members:?}"))?;
-        if !members.iter().any(|m| m.role == "sync_standby") {
-            bail!("no synchronous standby: {members:?}");
-        }
-        let client = connect(&self.node(&leader.name)?.url_for("postgres")).await?;
-        let streaming: Vec<String> = client
-            .query(
-                "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        for member in members.iter().filter(|m| m.name != leader.name) {
-            if member.state != "running" || member.timeline != leader.timeline {
-                bail!(
-                    "{} is not a running replica on the leader's timeline: {members:?}",
-                    member.name
-                );
-            }
-            if !streaming.contains(&member.name) {
-                bail!(
-                    "{} does not stream from {} ({streaming:?})",
-                    member.name,
-                    leader.name
-                );
-            }
-        }
-        Ok(members)
-    }
-
-    /// Polls `check` every 200 ms until it succeeds or `timeout` passes; the error names what
-    /// was awaited, the last failure and the agents' log tails.
-    pub async fn wait_for<'a, T, F, Fut>(
-        &'a self,
-        timeout: Duration,
-        what: &str,
-        check: F,
-    ) -> Result<T>
-    where
-        F: Fn(&'a PatroniCluster) -> Fut,
-        Fut: std::future::Future<Output = Result<T>> + 'a,
-    {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let last = match tokio::time::timeout(REQUEST_TIMEOUT * 2, check(self)).await {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(e)) => format!("{e:#}"),
-                Err(_) => "check timed out".to_owned(),
-            };
-            if Instant::now() >= deadline {
-                bail!(
-                    "waited {timeout:?} for {what}; last: {last}\n{}",
-                    self.log_tails(20)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// The last `n` lines of every agent's log.
-    pub fn log_tails(&self, n: usize) -> String {
-        self.nodes
-            .iter()
-            .map(|node| format!("--- {} ---\n{}\n", node.name, node.log_tail(n)))
-            .collect()
-    }
-
-    /// `SIGKILL`s the postmaster of node `name` (only the postmaster: its backends notice and
-    /// exit, as after a crash). Returns the killed pid.
-    pub fn kill_postmaster(&self, name: &str) -> Result<i32> {
-        let pm = self
-            .node(name)?
-            .postmaster()
-            .ok_or_else(|| anyhow!("{name} has no running postmaster"))?;
-        procfs::signal(&pm, Signal::SIGKILL);
-        Ok(pm.pid)
-    }
-
-    /// Runs `patronictl -c <config> <args...>` (bounded by 60 s) and returns its output.
-    pub async fn patronictl(&self, args: &[&str]) -> Result<String> {
-        let mut cmd = tokio::process::Command::new(patroni_bin("patronictl"));
-        cmd.arg("-c")
-            .arg(&self.nodes[0].config_path)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(PATRONICTL_TIMEOUT, cmd.output())
-            .await
-            .map_err(|_| {
-                anyhow!("patronictl {args:?} did not finish within {PATRONICTL_TIMEOUT:?}")
-            })?
-            .context("running patronictl")?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if !out.status.success() {
-            bail!("patronictl {args:?} failed with {}:\n{text}", out.status);
-        }
-        Ok(text)
-    }
-
-    /// A planned switchover from `leader` to `candidate`, as an operator runs it
-    /// (`patronictl switchover --force`).
-    pub async fn switchover(&self, leader: &str, candidate: &str) -> Result<String> {
-        let scope = self.scope.clone();
-        self.patronictl(&[
-            "switchover",
-            &scope,
-            "--leader",
-            leader,
-            "--candidate",
-            candidate,
-            "--force",
-        ])
-        .await
     }
 }
 
