@@ -156,7 +156,7 @@ ensure_packages() {
                 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
                 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
                 ;;
-            pgbouncer) command -v pgbouncer >/dev/null 2>&1 || missing+=(pgbouncer) ;;
+            pgbouncer) command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]] || missing+=(pgbouncer) ;;
             pgbackrest) command -v pgbackrest >/dev/null 2>&1 || missing+=(pgbackrest) ;;
             *) die "ensure_packages: unknown capability '$cap'" ;;
         esac
@@ -201,6 +201,8 @@ ensure_packages() {
             redis) redis_server_bin >/dev/null 2>&1 || die "redis-server installed but not found" ;;
             faketime) libfaketime_path >/dev/null 2>&1 || die "faketime installed but libfaketime.so.1 not found" ;;
             chromium) [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]] || die "chromium installed but /usr/bin/chromium or /usr/bin/chromedriver missing" ;;
+            pgbouncer) command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]] || die "pgbouncer installed but not found" ;;
+            etcd) command -v etcd >/dev/null 2>&1 && command -v etcdctl >/dev/null 2>&1 || die "etcd-server/etcd-client installed but etcd or etcdctl not on PATH" ;;
             *) command -v "$cap" >/dev/null 2>&1 || die "$cap installed but not on PATH" ;;
         esac
     done

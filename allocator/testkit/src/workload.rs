@@ -166,7 +166,6 @@ impl Workload {
             task.await.expect("client task");
         }
         Arc::try_unwrap(self.acks)
-            .ok()
             .expect("clients stopped")
             .into_inner()
             .unwrap()
