@@ -66,6 +66,15 @@ impl Storage {
         }
     }
 
+    /// The TCP port of every server the cluster owns, in the order of the services'
+    /// multi-host URL (a Patroni cluster's nodes too).
+    pub fn ports(&self) -> Vec<u16> {
+        match self {
+            Storage::Patroni(cluster) => cluster.nodes().iter().map(|n| n.pg_port()).collect(),
+            _ => self.servers().iter().map(|s| s.port()).collect(),
+        }
+    }
+
     /// The Patroni cluster, for its faults (`patronictl`, killed postmasters).
     pub fn patroni_mut(&mut self) -> Option<&mut PatroniCluster> {
         match self {

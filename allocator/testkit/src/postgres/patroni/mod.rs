@@ -111,7 +111,13 @@ impl PatroniNode {
 
     /// Whether the agent logged `needle`, e.g. `"running pg_rewind"`.
     pub fn log_contains(&self, needle: &str) -> bool {
-        std::fs::read_to_string(self.dir.join("patroni.log")).is_ok_and(|log| log.contains(needle))
+        self.log_count(needle) > 0
+    }
+
+    /// How often the agent logged `needle` so far.
+    pub fn log_count(&self, needle: &str) -> usize {
+        std::fs::read_to_string(self.dir.join("patroni.log"))
+            .map_or(0, |log| log.matches(needle).count())
     }
 
     /// Pid of the running postmaster, from `postmaster.pid` in the data directory.
