@@ -66,10 +66,14 @@ impl EtcdCluster {
             .map(|(i, (_, peer))| format!("etcd{i}=http://127.0.0.1:{peer}"))
             .collect::<Vec<_>>()
             .join(",");
-        let token = format!(
-            "allocator-test-{}",
-            dir.file_name().and_then(|n| n.to_str()).unwrap_or("etcd")
-        );
+        // Unique per cluster (the temporary directory's name), so that members of two test
+        // clusters could never join each other.
+        let token = dir
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("allocator-etcd")
+            .to_owned();
         let mut members = Vec::with_capacity(size);
         for (i, &(client_port, peer_port)) in ports.iter().enumerate() {
             let name = format!("etcd{i}");
