@@ -143,3 +143,46 @@ pub(super) fn node_config(node: &NodeLayout<'_>) -> Value {
         "tags": {"nofailover": false, "noloadbalance": false, "clonefrom": false},
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_timings_keep_patronis_rule_and_fail_over_a_crash_at_once() {
+        let t = PatroniTimings::default();
+        assert!(t.loop_wait + 2 * t.retry_timeout <= t.ttl, "{t:?}");
+        assert_eq!(t.primary_start_timeout, 0);
+    }
+
+    #[test]
+    fn a_node_runs_synchronous_with_pg_rewind_and_its_own_socket_directory() {
+        let hosts = ["127.0.0.1:1".to_owned()];
+        let node = NodeLayout {
+            scope: "s",
+            name: "pg0",
+            pg_port: 2,
+            api_port: 3,
+            data_dir: Path::new("/d/data"),
+            socket_dir: Path::new("/d/sock"),
+            pgpass: Path::new("/d/pgpass"),
+            bin_dir: Path::new("/bin"),
+            etcd_hosts: &hosts,
+            etcd_use_proxies: true,
+            timings: PatroniTimings::default(),
+        };
+        let config = node_config(&node);
+        let dcs = &config["bootstrap"]["dcs"];
+        assert_eq!(dcs["synchronous_mode"], true);
+        assert_eq!(dcs["postgresql"]["use_pg_rewind"], true);
+        assert_eq!(dcs["postgresql"]["parameters"]["wal_log_hints"], "on");
+        assert_eq!(dcs["postgresql"]["parameters"]["full_page_writes"], "on");
+        assert_eq!(dcs["ttl"], 10);
+        assert_eq!(config["etcd3"]["use_proxies"], true);
+        assert_eq!(
+            config["postgresql"]["parameters"]["unix_socket_directories"],
+            "/d/sock"
+        );
+        assert_eq!(config["postgresql"]["listen"], "127.0.0.1:2");
+    }
+}
