@@ -6,8 +6,14 @@
 //! etcd, promotes the synchronous standby when the primary crashes or on a switchover, and brings
 //! the old primary back as a standby of the new one, rewinding it with `pg_rewind` when its WAL
 //! went past the point where the new primary's timeline forked. Tests inject the faults operators
-//! meet (a killed postmaster, `patronictl switchover`, a frozen Patroni, a lost etcd member) and
-//! read the outcome through Patroni's REST API (`GET /cluster`) and the servers themselves.
+//! meet (a killed postmaster, `patronictl switchover`, a frozen agent, a node cut off from etcd,
+//! a lost etcd member; `faults.rs`) and read the outcome through Patroni's REST API
+//! (`GET /cluster`) and the servers themselves (`status.rs`).
+//!
+//! Cutting one node off from etcd while the others keep it needs a network of its own per node:
+//! with [`PatroniOptions::etcd_proxies`] each agent reaches each etcd member through a
+//! [`TcpProxy`] of its own, and Patroni is told not to discover the members' real addresses
+//! (`use_proxies`), so black-holing those proxies is a partition of that node alone.
 //!
 //! What is shared with the other servers of this harness: the PostgreSQL binaries and the user
 //! to run them as when the test is root ([`pg_bin_dir`], [`server_user`] in `launch.rs`), free
@@ -17,7 +23,8 @@
 //! not a child of anything this harness spawned. Dropping the cluster therefore kills the agents
 //! first (so none restarts its server), then every process whose command line names the cluster's
 //! temporary directory together with all its descendants (postmasters with their backends, a
-//! running `pg_rewind` or `pg_basebackup`), then etcd, and removes the directory last.
+//! running `pg_rewind` or `pg_basebackup`), then etcd, and removes the directory last; while a
+//! failing test unwinds, the agents' and etcd's logs are copied out first (the path is printed).
 //!
 //! Every wait has a deadline and its error carries the agents' log tails, so a hung Patroni
 //! fails the test instead of hanging CI. The timings are in [`PatroniTimings`].
@@ -393,7 +400,38 @@ impl Drop for PatroniCluster {
             procfs::signal(p, Signal::SIGKILL);
         }
         procfs::wait_gone(&all, Duration::from_secs(5));
+        if std::thread::panicking() {
+            keep_logs(self.tmp.path());
+        }
     }
+}
+
+/// Copies every agent's and etcd member's log out of the cluster's directory (which is removed
+/// next) into a directory that stays, and says where: a failed test leaves what Patroni did.
+fn keep_logs(dir: &Path) {
+    let Ok(kept) = tempfile::Builder::new()
+        .prefix("allocator-patroni-logs-")
+        .tempdir()
+        .map(TempDir::keep)
+    else {
+        return;
+    };
+    let nodes = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    for sub in nodes.filter(|e| e.path().is_dir()) {
+        let logs = std::fs::read_dir(sub.path())
+            .into_iter()
+            .flatten()
+            .flatten();
+        for log in logs.filter(|e| e.path().extension().is_some_and(|x| x == "log")) {
+            let name = format!(
+                "{}-{}",
+                sub.file_name().to_string_lossy(),
+                log.file_name().to_string_lossy()
+            );
+            let _ = std::fs::copy(log.path(), kept.join(name));
+        }
+    }
+    eprintln!("Patroni and etcd logs kept in {}", kept.display());
 }
 
 /// Processes whose command line contains `needle` (the cluster's directory).
