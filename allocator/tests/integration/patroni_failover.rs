@@ -145,10 +145,41 @@ async fn run_fault(mut setup: Setup, fault: Fault) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let members = pg
-        .wait_healthy(REJOIN_TIMEOUT)
-        .await
-        .expect("old primary rejoins");
+    let members = match pg.wait_healthy(REJOIN_TIMEOUT).await {
+        Ok(members) => members,
+        Err(e) => {
+            // Say what the acknowledged writes became before failing: whichever node leads now
+            // is the one an operator keeps.
+            let acks = load.finish().await;
+            let leader = pg.leader().await.map(|m| m.name);
+            let lost = match &leader {
+                Ok(name) => {
+                    let client =
+                        testkit::postgres::patroni::connect(&pg.node(name).unwrap().url_for(&db))
+                            .await
+                            .expect("connect to the leader");
+                    let lost = testkit::workload::lost_on(&client, &acks).await;
+                    lost.map(|l| {
+                        format!(
+                            "{} holds, {} confirmations",
+                            l.holds.len(),
+                            l.confirms.len()
+                        )
+                    })
+                }
+                Err(e) => Err(anyhow::anyhow!("no leader: {e}")),
+            };
+            let rewound_back = pg
+                .node(&new_leader.name)
+                .unwrap()
+                .log_contains(&format!("running pg_rewind from {old}"));
+            panic!(
+                "the old primary did not rejoin: {e:#}\nleader now: {leader:?}; {} rewound back \
+                 onto {old}: {rewound_back}; acknowledged writes missing on the leader: {lost:?}",
+                new_leader.name
+            );
+        }
+    };
     let rejoined_after = fault_at.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let end = Instant::now();

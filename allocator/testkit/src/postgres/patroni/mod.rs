@@ -29,6 +29,7 @@
 //! Every wait has a deadline and its error carries the agents' log tails, so a hung Patroni
 //! fails the test instead of hanging CI. The timings are in [`PatroniTimings`].
 
+mod cleanup;
 mod config;
 mod etcd;
 mod faults;
@@ -42,7 +43,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use nix::sys::signal::Signal;
 use nix::unistd::{Gid, Uid};
 use tempfile::TempDir;
 
@@ -380,75 +380,6 @@ impl PatroniCluster {
             .with_context(|| format!("creating database {name:?}"))?;
         Ok(self.url(name))
     }
-}
-
-impl Drop for PatroniCluster {
-    fn drop(&mut self) {
-        // Agents first, so that none restarts or promotes its server while it is being killed.
-        for node in &mut self.nodes {
-            drop(node.agent.take());
-        }
-        let needle = format!("{}/", self.tmp.path().display());
-        let roots = procfs_with_cmdline(&needle);
-        let mut all = Vec::new();
-        for root in &roots {
-            all.push(*root);
-            all.extend(procfs::descendants(root.pid));
-        }
-        for p in &all {
-            procfs::signal(p, Signal::SIGCONT);
-            procfs::signal(p, Signal::SIGKILL);
-        }
-        procfs::wait_gone(&all, Duration::from_secs(5));
-        if std::thread::panicking() {
-            keep_logs(self.tmp.path());
-        }
-    }
-}
-
-/// Copies every agent's and etcd member's log out of the cluster's directory (which is removed
-/// next) into a directory that stays, and says where: a failed test leaves what Patroni did.
-fn keep_logs(dir: &Path) {
-    let Ok(kept) = tempfile::Builder::new()
-        .prefix("allocator-patroni-logs-")
-        .tempdir()
-        .map(TempDir::keep)
-    else {
-        return;
-    };
-    let nodes = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    for sub in nodes.filter(|e| e.path().is_dir()) {
-        let logs = std::fs::read_dir(sub.path())
-            .into_iter()
-            .flatten()
-            .flatten();
-        for log in logs.filter(|e| e.path().extension().is_some_and(|x| x == "log")) {
-            let name = format!(
-                "{}-{}",
-                sub.file_name().to_string_lossy(),
-                log.file_name().to_string_lossy()
-            );
-            let _ = std::fs::copy(log.path(), kept.join(name));
-        }
-    }
-    eprintln!("Patroni and etcd logs kept in {}", kept.display());
-}
-
-/// Processes whose command line contains `needle` (the cluster's directory).
-fn procfs_with_cmdline(needle: &str) -> Vec<ProcId> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let needle = needle.as_bytes();
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmd| cmd.windows(needle.len()).any(|w| w == needle))
-        })
-        .filter_map(procfs::proc_id)
-        .collect()
 }
 
 /// Hands `dir` to the server user when the test runs as root.
