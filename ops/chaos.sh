@@ -5,7 +5,7 @@
 # and an independent checker (chaos-check) judges the history. Exits 1 on any violation.
 #
 #   ops/chaos.sh [--seed N] [--duration SECONDS] [--faults LIST] [--shards N] [--out DIR]
-#                [--negative-control]
+#                [--negative-control] [--ha patroni]
 #
 #   --seed N              seed of the workload and the fault schedule (default 1)
 #   --duration SECONDS    seconds of load under faults (default 60)
@@ -13,7 +13,8 @@
 #                         partition, latency, pg-restart, redis-restart, clock-skew, router-kill,
 #                         window-change, pg-failover; with --shards also shard-stop,
 #                         shard-crash, shard-freeze, shard-blackhole, shard-move, move-abort,
-#                         move-rerun, move-race, move-killed
+#                         move-rerun, move-race, move-killed; with --ha patroni,
+#                         patroni-failover instead of pg-restart and pg-failover
 #   --shards N            spread the partitions over N PostgreSQL shards (default 1): the
 #                         catalog shard is the replicated pair, every further shard a server of
 #                         its own, two allocators serve each shard, and the shard faults (a shard
@@ -32,6 +33,13 @@
 #                         the script then says the negative control failed as expected and exits
 #                         1; it exits 3 if the checker found nothing.
 #
+#   --ha patroni          the database is a two-node Patroni cluster (three etcd members,
+#                         synchronous mode, pg_rewind) instead of the replicated pair, and the
+#                         fault patroni-failover (the leader's postmaster SIGKILLed, or a
+#                         patronictl switchover, healed once the old leader streams again) is
+#                         drawn; not in CI (ops/patroni-faults.sh and the integration tests
+#                         cover Patroni there)
+#
 # Exit status: 0 no violations; 1 violations (or, with --negative-control, the expected
 # failure); 2 the run or the checker could not complete; 3 the negative control went undetected.
 # Knobs: CARGO_TARGET_DIR, ALLOCATOR_PG_BIN, ALLOCATOR_REDIS_SERVER, ALLOCATOR_LIBFAKETIME,
@@ -47,6 +55,7 @@ faults=""
 shards=1
 out=""
 negative=0
+ha=""
 while (($#)); do
     case "$1" in
         --seed) seed=${2:?--seed needs a value}; shift 2 ;;
@@ -55,6 +64,7 @@ while (($#)); do
         --shards) shards=${2:?--shards needs a value}; shift 2 ;;
         --out) out=${2:?--out needs a value}; shift 2 ;;
         --negative-control) negative=1; shift ;;
+        --ha) ha=${2:?--ha needs a value}; shift 2 ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -62,10 +72,12 @@ done
 [[ "$seed" =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer"
 [[ "$shards" =~ ^[1-8]$ ]] || die "--shards must be 1 to 8"
 [[ "$duration" =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive number of seconds"
+[[ -z "$ha" || "$ha" == patroni ]] || die "--ha takes patroni"
 
 cd "$REPO_ROOT"
 step "packages (PostgreSQL server, redis-server, libfaketime)"
 ensure_packages postgresql redis faketime jq
+[[ -z "$ha" ]] || ensure_packages patroni etcd
 ALLOCATOR_PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL server binaries"
 ALLOCATOR_REDIS_SERVER="$(redis_server_bin)" || die "no redis-server"
 ALLOCATOR_LIBFAKETIME="$(libfaketime_path)" || die "no libfaketime"
@@ -110,6 +122,7 @@ args=(--seed "$seed" --duration "$duration" --out "$out" --allocator-bin "$alloc
 if [[ -n "$faults" ]]; then args+=(--faults "$faults"); fi
 if ((shards > 1)); then args+=(--shards "$shards"); label="$label, $shards shards"; fi
 if ((negative)); then args+=(--negative-control); fi
+if [[ -n "$ha" ]]; then args+=(--ha "$ha"); label="$label, $ha"; fi
 step "chaos run: seed $seed, ${duration}s$label"
 t0=$SECONDS
 if ! "$bin_dir/chaos" "${args[@]}" 2>"$out/harness.log"; then

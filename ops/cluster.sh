@@ -5,7 +5,12 @@
 #
 #   ops/cluster.sh up       build, provide PostgreSQL and Redis, migrate, start allocators and
 #                           routers, wait until ready and every partition has an owner, print URLs
-#                           and the ownership map; everything keeps running in the background
+#                           and the ownership map; everything keeps running in the background.
+#                           Flags after `up` go to the launcher (`cluster up --help`), e.g.
+#   ops/cluster.sh up --ha patroni   PostgreSQL under Patroni: three etcd members and
+#                           CLUSTER_HA_NODES (3) nodes in synchronous mode with pg_rewind, on free
+#                           ports; services get the multi-host URL of every node, and
+#                           .cluster/cluster.env sets PATRONICTL_CONFIG_FILE for `patronictl list`
 #   ops/cluster.sh demo     walk through the API via a router with the client crate's example
 #                           (restock, reserve, replay, out-of-stock, confirm, release, multi-line
 #                           orders); exits 1 when an answer differs from what the contract says
@@ -18,7 +23,7 @@
 # CLUSTER_PRIVATE=1 (private PostgreSQL and Redis even when system ones run; CLUSTER_PRIVATE_PG,
 # CLUSTER_PRIVATE_REDIS for one), CLUSTER_PG_STANDBY=sync|async (with CLUSTER_PRIVATE=1: a
 # streaming standby, and every service gets the multi-host URL of both servers),
-# CLUSTER_PG_DURABLE=1, CLUSTER_PG_OPTIONS, CLUSTER_DB_NAME (allocator_demo),
+# CLUSTER_HA=patroni (as --ha patroni) with CLUSTER_HA_NODES, CLUSTER_PG_DURABLE=1, CLUSTER_PG_OPTIONS, CLUSTER_DB_NAME (allocator_demo),
 # CLUSTER_SYSTEM_PG_HOST / CLUSTER_SYSTEM_PG_PORT / CLUSTER_SYSTEM_PG_USER,
 # CLUSTER_SYSTEM_REDIS_HOST / CLUSTER_SYSTEM_REDIS_PORT, CLUSTER_SKIP_BUILD=1,
 # CLUSTER_READY_TIMEOUT (90 s), CLUSTER_MAP_TIMEOUT (60 s), CLUSTER_STOP_TIMEOUT (30 s),
@@ -55,9 +60,14 @@ build() {
 cmd_up() {
     step "packages"
     ensure_packages postgresql redis curl jq
+    local arg ha="${CLUSTER_HA:-}"
+    for arg in "$@"; do
+        [[ "$arg" == patroni || "$arg" == --ha=patroni ]] && ha=patroni
+    done
+    [[ "$ha" == patroni ]] && ensure_packages patroni etcd
     build
     step "cluster up ($CLUSTER_DIR)"
-    cluster_launcher up
+    cluster_launcher up "$@"
     echo "  ops/cluster.sh demo | status | down"
 }
 
@@ -90,7 +100,7 @@ cmd_down() {
 usage() { print_header_usage "${BASH_SOURCE[0]}"; }
 
 case "${1:-}" in
-    up) with_cluster_lock cmd_up ;;
+    up) shift; with_cluster_lock cmd_up "$@" ;;
     down) with_cluster_lock cmd_down ;;
     demo) cmd_demo ;;
     status) cluster_launcher status ;;

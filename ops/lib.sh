@@ -123,7 +123,8 @@ _OPS_APT_UPDATED=""
 # ensure_packages [what...]: installs the Debian packages behind the given capabilities when they
 # are missing. Capabilities: postgresql (server binaries), redis (redis-server + redis-cli), curl,
 # jq, python3, faketime, chromium (the headless browser and its WebDriver server, for the
-# operations page's browser test). Without arguments: postgresql redis curl jq. Runs `apt-get update` at most once per
+# operations page's browser test), patroni, etcd (etcd-server and etcd-client: the Patroni
+# tests' store), pgbouncer, pgbackrest. Without arguments: postgresql redis curl jq. Runs `apt-get update` at most once per
 # shell and only when something must be installed. Set OPS_NO_INSTALL=1 to only check.
 ensure_packages() {
     local want=("$@")
@@ -150,6 +151,13 @@ ensure_packages() {
                 [[ -x /usr/bin/chromium ]] || missing+=(chromium)
                 [[ -x /usr/bin/chromedriver ]] || missing+=(chromium-driver)
                 ;;
+            patroni) command -v patroni >/dev/null 2>&1 && command -v patronictl >/dev/null 2>&1 || missing+=(patroni) ;;
+            etcd)
+                command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+                command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+                ;;
+            pgbouncer) command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]] || missing+=(pgbouncer) ;;
+            pgbackrest) command -v pgbackrest >/dev/null 2>&1 || missing+=(pgbackrest) ;;
             *) die "ensure_packages: unknown capability '$cap'" ;;
         esac
     done
@@ -178,6 +186,14 @@ ensure_packages() {
     quiet "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y \
         --no-install-recommends "${missing[@]}" </dev/null \
         || die "apt-get install ${missing[*]} failed"
+    # The packages' own etcd, Patroni and PgBouncer services are not wanted: the tests and the
+    # local cluster run private ones on free ports. Where systemd started them, stop them.
+    if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
+        local unit
+        for unit in etcd patroni pgbouncer; do
+            "${sudo[@]}" systemctl disable --now "$unit" >/dev/null 2>&1 || true
+        done
+    fi
     # Re-check: the package may not provide what we looked for (e.g. an unusual layout).
     for cap in "${want[@]}"; do
         case "$cap" in
@@ -185,6 +201,8 @@ ensure_packages() {
             redis) redis_server_bin >/dev/null 2>&1 || die "redis-server installed but not found" ;;
             faketime) libfaketime_path >/dev/null 2>&1 || die "faketime installed but libfaketime.so.1 not found" ;;
             chromium) [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]] || die "chromium installed but /usr/bin/chromium or /usr/bin/chromedriver missing" ;;
+            pgbouncer) command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]] || die "pgbouncer installed but not found" ;;
+            etcd) command -v etcd >/dev/null 2>&1 && command -v etcdctl >/dev/null 2>&1 || die "etcd-server/etcd-client installed but etcd or etcdctl not on PATH" ;;
             *) command -v "$cap" >/dev/null 2>&1 || die "$cap installed but not on PATH" ;;
         esac
     done

@@ -32,7 +32,8 @@
 # orders and expiring holds, then open loop at 40/s, against a real allocator and router on the
 # tests' private PostgreSQL); it fails when the tool's invariant checks fail.
 # The integration tests start private PostgreSQL and Redis servers, so the PostgreSQL server
-# binaries and redis-server are installed when missing (apt-get, as root), and so are Chromium
+# binaries and redis-server are installed when missing (apt-get, as root), and so are Patroni and
+# etcd (the allocator's Patroni failover tests), PgBouncer, pgBackRest, Chromium
 # and chromedriver (Debian's chromium, chromium-driver) for the router's operations-page test. Every step runs even
 # when an earlier one failed; the exit status is the first failure's.
 #
@@ -93,8 +94,8 @@ fi
 
 cd "$REPO_ROOT"
 
-step "packages (PostgreSQL server, redis-server, libfaketime, Chromium + chromedriver)"
-ensure_packages postgresql redis faketime curl jq
+step "packages (PostgreSQL server, redis-server, libfaketime, Patroni + etcd, PgBouncer, pgBackRest, Chromium + chromedriver)"
+ensure_packages postgresql redis faketime curl jq patroni etcd pgbouncer pgbackrest
 # The operations page's test drives a headless Chromium. In CI it must run, so a failed install
 # fails here; elsewhere the test skips itself (with a message) when the browser is missing.
 if [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then

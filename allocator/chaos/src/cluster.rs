@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use testkit::cluster::ShortTimings;
-use testkit::{resident_set_kib, ProxyMode, ReplicatedPg, Replication};
+use testkit::cluster::{Database, ShortTimings};
+use testkit::{resident_set_kib, PatroniCluster, ProxyMode, ReplicatedPg, Replication};
 
 /// Lease TTL of the replicas; pauses and partitions are drawn longer than this.
 pub const LEASE_TTL_MS: u64 = 2000;
@@ -49,6 +49,9 @@ pub struct ClusterSpec {
     /// PostgreSQL shards: 1 is the replicated pair alone; with more, shard `s0` (the catalog)
     /// is the pair and every further shard a private server of its own (`--shards`).
     pub shards: usize,
+    /// The catalog shard is a two-node Patroni cluster instead of the replicated pair
+    /// (`--ha patroni`): Patroni, not the run, promotes and rejoins.
+    pub patroni: bool,
 }
 
 impl ClusterSpec {
@@ -158,9 +161,13 @@ impl ChaosCluster {
         if spec.negative_control {
             allocator_env.push(("ALLOCATOR_UNSAFE_DISABLE_FENCE".into(), "1".into()));
         }
+        let database = match spec.patroni {
+            true => Database::Patroni(2),
+            false => Database::Replicated(Replication::Synchronous),
+        };
         let inner = testkit::Cluster::builder()
             .name("chaos")
-            .standby(Replication::Synchronous)
+            .database(database)
             // Every shard commits durably, as in production: a `shard-crash` must not take
             // back a commit that was acknowledged (the test servers default to
             // `synchronous_commit=off`, which loses the last commits on SIGKILL).
@@ -200,6 +207,14 @@ impl ChaosCluster {
             .pg
             .replicated_mut()
             .expect("the chaos cluster runs on a replicated pair")
+    }
+
+    /// The Patroni cluster of a `--ha patroni` run.
+    pub fn patroni(&mut self) -> Result<&mut PatroniCluster> {
+        self.inner
+            .pg
+            .patroni_mut()
+            .context("the patroni-failover fault needs --ha patroni")
     }
 
     /// (Re)starts replica `i` under its id and port, with `skew` as its `FAKETIME` offset.

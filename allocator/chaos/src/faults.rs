@@ -44,6 +44,9 @@ pub enum Fault {
     /// SIGKILL the PostgreSQL primary, promote its synchronous standby, sometimes revive the old
     /// primary writable on its old address for a while, then rebuild a standby there.
     PgFailover,
+    /// Patroni's own failover (`--ha patroni`): the leader's postmaster SIGKILLed or a
+    /// `patronictl switchover`, then waited for until the old leader streams from the new one.
+    PatroniFailover,
     /// Fast shutdown of a shard other than the catalog, started again after a while.
     ShardStop,
     /// SIGKILL of a shard other than the catalog, started again with crash recovery.
@@ -91,6 +94,15 @@ impl Fault {
         Fault::MoveKilled,
     ];
 
+    /// The faults of a cluster on Patroni (`--ha patroni`), which replace the ones that act on
+    /// the replicated pair themselves (`pg-restart`, `pg-failover`).
+    pub const PATRONI: [Fault; 1] = [Fault::PatroniFailover];
+
+    /// Whether the fault acts on the replicated pair (and so cannot run on Patroni).
+    pub fn needs_pair(self) -> bool {
+        matches!(self, Fault::PgRestart | Fault::PgFailover)
+    }
+
     /// Whether the fault needs more than one shard.
     pub fn needs_shards(self) -> bool {
         Fault::SHARD.contains(&self)
@@ -108,6 +120,7 @@ impl Fault {
             Fault::RouterKill => "router-kill",
             Fault::WindowChange => "window-change",
             Fault::PgFailover => "pg-failover",
+            Fault::PatroniFailover => "patroni-failover",
             Fault::ShardStop => "shard-stop",
             Fault::ShardCrash => "shard-crash",
             Fault::ShardFreeze => "shard-freeze",
@@ -125,7 +138,12 @@ impl FromStr for Fault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let known = || Fault::ALL.into_iter().chain(Fault::SHARD);
+        let known = || {
+            Fault::ALL
+                .into_iter()
+                .chain(Fault::PATRONI)
+                .chain(Fault::SHARD)
+        };
         known().find(|f| f.name() == s).ok_or_else(|| {
             let names: Vec<&str> = known().map(|f| f.name()).collect();
             format!("unknown fault {s:?}; known: {}", names.join(","))
@@ -287,6 +305,7 @@ async fn inject(cluster: &mut Cluster, fault: Fault, rng: &mut StdRng) -> Result
             )
         }
         Fault::PgFailover => pg_failover(cluster, rng).await?,
+        Fault::PatroniFailover => patroni_failover(cluster, rng).await?,
         Fault::RouterKill => {
             let i = rng.random_range(0..cluster.routers.len());
             let down = ms(rng, 500..=1500);
@@ -349,6 +368,52 @@ async fn pg_failover(cluster: &mut Cluster, rng: &mut StdRng) -> Result<(String,
             t0.elapsed().as_millis()
         ),
     ))
+}
+
+/// Patroni decides: half the time the leader's postmaster is SIGKILLed (Patroni fails over at
+/// once, `primary_start_timeout = 0`), else an operator's `patronictl switchover` to the
+/// synchronous standby. Healed once the old leader streams from the new one (through
+/// `pg_rewind` when its WAL went past the fork).
+async fn patroni_failover(cluster: &mut Cluster, rng: &mut StdRng) -> Result<(String, String)> {
+    let kill = rng.random_bool(0.5);
+    let pg = cluster.patroni()?;
+    let old = pg.leader().await?.name;
+    let rewinds = pg.node(&old)?.log_count("pg_rewind exit code=0");
+    let t0 = Instant::now();
+    let how = if kill {
+        pg.kill_postmaster(&old)?;
+        "postmaster sigkilled"
+    } else {
+        let candidate = pg
+            .members()
+            .await?
+            .into_iter()
+            .find(|m| m.role == "sync_standby")
+            .context("no synchronous standby to switch over to")?
+            .name;
+        pg.switchover(&old, &candidate).await?;
+        "patronictl switchover"
+    };
+    let new = pg
+        .wait_for(Duration::from_secs(30), "a new leader", |c| {
+            let old = old.clone();
+            async move {
+                let leader = c.leader().await?;
+                anyhow::ensure!(leader.name != old, "{old} still leads");
+                Ok(leader.name)
+            }
+        })
+        .await?;
+    let promoted_ms = t0.elapsed().as_millis();
+    pg.wait_healthy(Duration::from_secs(60)).await?;
+    let rewound = pg.node(&old)?.log_count("pg_rewind exit code=0") > rewinds;
+    let detail = format!(
+        "{how}: {new} leads after {promoted_ms} ms, {old} streaming again after {} ms{}",
+        t0.elapsed().as_millis(),
+        if rewound { " (rewound)" } else { "" }
+    );
+    cluster.pg_restarts += 1;
+    Ok((old, detail))
 }
 
 async fn kill_allocator(cluster: &mut Cluster, i: usize) -> Result<()> {

@@ -74,6 +74,11 @@ struct Args {
     /// replicas serve each shard, and the shard faults are drawn too.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
     shards: u16,
+    /// `patroni`: the (catalog) database is a two-node Patroni cluster with three etcd members
+    /// instead of the replicated pair; `patroni-failover` replaces `pg-restart` and
+    /// `pg-failover` among the faults.
+    #[arg(long, value_parser = ["patroni"])]
+    ha: Option<String>,
     /// Run nothing: dump the database at this URL into `--out` (with an empty history), for
     /// `chaos-check` to judge a database on its own, such as a restored backup.
     #[arg(long, value_name = "URL", requires = "out")]
@@ -161,10 +166,17 @@ async fn dump_only(url: &str, out: &Path) -> Result<()> {
 
 /// The fault kinds named by `--faults`, or every kind the cluster can take when none is named
 /// (the shard faults only over several shards).
-fn parse_fault_kinds(names: &[String], shards: u16) -> Result<Vec<Fault>> {
+fn parse_fault_kinds(names: &[String], shards: u16, patroni: bool) -> Result<Vec<Fault>> {
     if names.is_empty() {
         let shard_faults = if shards > 1 { &Fault::SHARD[..] } else { &[] };
-        return Ok(Fault::ALL.iter().chain(shard_faults).copied().collect());
+        let patroni_faults = if patroni { &Fault::PATRONI[..] } else { &[] };
+        return Ok(Fault::ALL
+            .iter()
+            .filter(|k| !(patroni && k.needs_pair()))
+            .chain(patroni_faults)
+            .chain(shard_faults)
+            .copied()
+            .collect());
     }
     let kinds: Vec<Fault> = names
         .iter()
@@ -173,6 +185,18 @@ fn parse_fault_kinds(names: &[String], shards: u16) -> Result<Vec<Fault>> {
         .map_err(anyhow::Error::msg)?;
     if let Some(k) = kinds.iter().find(|k| k.needs_shards() && shards < 2) {
         anyhow::bail!("the fault {} needs --shards 2 or more", k.name());
+    }
+    if let Some(k) = kinds.iter().find(|k| k.needs_pair() && patroni) {
+        anyhow::bail!(
+            "the fault {} acts on the replicated pair, not on Patroni",
+            k.name()
+        );
+    }
+    if let Some(k) = kinds
+        .iter()
+        .find(|k| Fault::PATRONI.contains(k) && !patroni)
+    {
+        anyhow::bail!("the fault {} needs --ha patroni", k.name());
     }
     Ok(kinds)
 }
@@ -202,7 +226,7 @@ async fn main() -> Result<()> {
     if let (Some(url), Some(out)) = (&args.dump_database, &args.out) {
         return dump_only(url, out).await;
     }
-    let mut kinds = parse_fault_kinds(&args.faults, args.shards)?;
+    let mut kinds = parse_fault_kinds(&args.faults, args.shards, args.ha.is_some())?;
     let libfaketime = libfaketime();
     if libfaketime.is_none() && kinds.contains(&Fault::ClockSkew) {
         tracing::warn!(
@@ -223,6 +247,7 @@ async fn main() -> Result<()> {
         log_dir: out.join("logs"),
         auth_file: Some(out.join("routers.auth")),
         shards: args.shards.into(),
+        patroni: args.ha.is_some(),
     };
     let loadtest_bin = args.loadtest_bin.unwrap_or_else(|| sibling("loadtest"));
     for bin in [&spec.allocator_bin, &spec.router_bin, &loadtest_bin] {

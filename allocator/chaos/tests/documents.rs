@@ -53,6 +53,7 @@ const OUTSIDE_FLAGS: &[(&str, &[&str])] = &[
     ("docker compose", &["--build"]),
     ("perf record", &["--call-graph"]),
     ("ps", &["--sort"]),
+    ("patronictl switchover", &["--force"]),
 ];
 
 /// Variables of the toolchain and of the outside world that the documents mention.

@@ -7,6 +7,9 @@
 //!   killed and restarted on the same port and data directory.
 //! * [`ReplicatedPg`]: a primary with a synchronous or asynchronous streaming standby, for killing
 //!   the primary, promoting the standby, reviving the old primary and rebuilding a standby.
+//! * [`PatroniCluster`]: PostgreSQL as operators run it — three etcd members and two or three
+//!   nodes under Patroni in synchronous mode with `pg_rewind` — for failovers decided by the HA
+//!   manager (a killed postmaster, `patronictl switchover`), not by the test.
 //! * [`RedisServer`]: a private Redis that can be killed and brought back (empty) on the same
 //!   port.
 //! * [`TcpProxy`]: a TCP proxy between a service and its database that can delay, blackhole
@@ -27,6 +30,8 @@
 //!   built without a replica.
 //! * [`encoded_paths`]: every route asked with each character of its fixed segments
 //!   percent-encoded, answered as its canonical path, against either service.
+//! * [`workload`]: reserves (and restocks) through a failover with every acknowledgement and its
+//!   time recorded, and the acknowledged writes a database lost.
 //! * [`history`]: a SKU's history (`GET /v1/inventory/{sku}/history`) made by two clients and an
 //!   admin and checked whole, page by page and for its refusals, against either service.
 //!
@@ -51,13 +56,16 @@ pub mod proxy;
 pub mod redis;
 pub mod shared;
 pub mod tls;
+pub mod workload;
 
 mod procfs;
 
 pub use self::api_client::{Answer, ApiClient};
 pub use self::browser::Browser;
 pub use self::cluster::Cluster;
-pub use self::postgres::{PgServer, ReplicatedPg, Replication};
+pub use self::postgres::{
+    PatroniCluster, PatroniOptions, PatroniTimings, PgServer, ReplicatedPg, Replication,
+};
 pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::{cpu_times, resident_set_kib, tree_cpu_time, CpuTimes};
 pub use self::proxy::{ProxyMode, TcpProxy};

@@ -13,13 +13,14 @@
 use std::ffi::OsStr;
 use std::fs::OpenOptions;
 use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{self, Signal};
-use nix::unistd::Pid;
+use nix::unistd::{Gid, Pid, Uid};
 
 use super::procfs::tail_file;
 
@@ -53,6 +54,23 @@ impl ChildProcess {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        ChildProcess::spawn_as(program, args, envs, log_path, None)
+    }
+
+    /// [`ChildProcess::spawn`] as another user (`Some((uid, gid))`, which needs root), e.g. a
+    /// Patroni node, which runs PostgreSQL and so must not be root. The log file is opened by
+    /// this process, so the other user needs no access to its directory.
+    pub fn spawn_as<I, S>(
+        program: &Path,
+        args: I,
+        envs: &[(String, String)],
+        log_path: &Path,
+        run_as: Option<(Uid, Gid)>,
+    ) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         if let Some(parent) = log_path.parent() {
             if !parent.as_os_str().is_empty() {
                 std::fs::create_dir_all(parent)
@@ -70,6 +88,9 @@ impl ChildProcess {
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("duplicating log file handle")?)
             .stderr(log);
+        if let Some((uid, gid)) = run_as {
+            cmd.uid(uid.as_raw()).gid(gid.as_raw());
+        }
         let child = cmd
             .spawn()
             .with_context(|| format!("spawning {}", program.display()))?;

@@ -287,6 +287,23 @@ pub(crate) fn kill_tree(root: &ProcId, child: &mut std::process::Child) {
     wait_gone(&tree, Duration::from_secs(5));
 }
 
+/// Processes whose command line contains `needle` (the cluster's directory).
+pub(crate) fn with_cmdline(needle: &str) -> Vec<ProcId> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let needle = needle.as_bytes();
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmd| cmd.windows(needle.len()).any(|w| w == needle))
+        })
+        .filter_map(proc_id)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

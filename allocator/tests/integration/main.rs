@@ -35,6 +35,8 @@ mod openapi;
 mod owners;
 mod owners_adjustments;
 mod owners_fenced;
+mod patroni_failover;
+mod patroni_support;
 mod processes;
 mod renewal;
 mod retention;

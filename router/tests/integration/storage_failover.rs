@@ -10,183 +10,27 @@
 //! asynchronous one, what the standby had not received when the primary died is lost, and the
 //! test shows exactly that window.
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use testkit::workload::{lost_on, Acks, Lost, Shape, Workload};
 use testkit::{PgServer, ReplicatedPg, Replication};
-use tokio::task::JoinHandle;
 
 use crate::common::{metric, serial, Cluster};
 
 const PARTITIONS: u32 = 8;
 const DB: &str = "storage_failover";
-const CLIENTS: usize = 8;
+/// Clients reserving (a third of the holds then confirmed) and a restocker, through one router.
+const LOAD: Shape = Shape {
+    clients: 8,
+    restock: true,
+};
 
-/// Acknowledged operations with the instant each answer arrived.
-#[derive(Default)]
-struct Acks {
-    holds: Vec<(String, Instant)>,
-    confirms: Vec<(String, Instant)>,
-    adjustments: Vec<(String, Instant)>,
-    /// Every 2xx answer, to find the first success after a promotion.
-    successes: Vec<Instant>,
-}
-
-/// Clients reserving (a third of the holds then confirmed) and a restocker, through one router;
-/// nothing is retried by the client, an unanswered request is simply not counted.
-struct Workload {
-    stop: Arc<AtomicBool>,
-    acks: Arc<Mutex<Acks>>,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl Workload {
-    fn start(router: &str, skus: &[String]) -> Workload {
-        let stop = Arc::new(AtomicBool::new(false));
-        let acks = Arc::new(Mutex::new(Acks::default()));
-        let mut tasks = Vec::new();
-        for client in 0..CLIENTS {
-            let (stop, acks, base, skus) =
-                (stop.clone(), acks.clone(), router.to_owned(), skus.to_vec());
-            tasks.push(tokio::spawn(async move {
-                let http = short_http();
-                let mut n = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let id = format!("c{client}-{n}");
-                    let sku = &skus[n % skus.len()];
-                    let body = json!({"reservation_id": id, "sku": sku, "quantity": 1, "ttl_seconds": 3600});
-                    if post(&http, &format!("{base}/v1/reservations"), &body).await != Some(201) {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                    record(&acks, |a| &mut a.holds, &id);
-                    if n.is_multiple_of(3) {
-                        let url = format!("{base}/v1/reservations/{id}/confirm");
-                        if post(&http, &url, &json!({})).await == Some(200) {
-                            record(&acks, |a| &mut a.confirms, &id);
-                        }
-                    }
-                }
-            }));
-        }
-        let (stop2, acks2, base, skus) =
-            (stop.clone(), acks.clone(), router.to_owned(), skus.to_vec());
-        tasks.push(tokio::spawn(async move {
-            let http = short_http();
-            let mut n = 0usize;
-            while !stop2.load(Ordering::Relaxed) {
-                n += 1;
-                let id = format!("restock-{n}");
-                let url = format!("{base}/v1/inventory/{}/adjustments", skus[n % skus.len()]);
-                if post(&http, &url, &json!({"adjustment_id": id, "delta": 1})).await == Some(201) {
-                    record(&acks2, |a| &mut a.adjustments, &id);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }));
-        Workload { stop, acks, tasks }
-    }
-
-    /// How long after `since` the first request was answered with success.
-    fn first_success_after(&self, since: Instant) -> Option<Duration> {
-        let acks = self.acks.lock().unwrap();
-        acks.successes
-            .iter()
-            .filter(|&&t| t > since)
-            .min()
-            .map(|&t| t - since)
-    }
-
-    async fn finish(self) -> Acks {
-        self.stop.store(true, Ordering::Relaxed);
-        for task in self.tasks {
-            task.await.expect("client task");
-        }
-        Arc::try_unwrap(self.acks)
-            .ok()
-            .expect("clients stopped")
-            .into_inner()
-            .unwrap()
-    }
-}
-
-fn record(acks: &Mutex<Acks>, list: impl Fn(&mut Acks) -> &mut Vec<(String, Instant)>, id: &str) {
-    let mut acks = acks.lock().unwrap();
-    let now = Instant::now();
-    list(&mut acks).push((id.to_owned(), now));
-    acks.successes.push(now);
-}
-
-fn short_http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(8))
-        .build()
-        .expect("http client")
-}
-
-async fn post(http: &reqwest::Client, url: &str, body: &serde_json::Value) -> Option<u16> {
-    let response = http.post(url).json(body).send().await.ok()?;
-    Some(response.status().as_u16())
-}
-
-/// Acknowledged operations that the server at `url` does not have.
-#[derive(Debug, Default)]
-struct Lost {
-    holds: Vec<(String, Instant)>,
-    confirms: Vec<(String, Instant)>,
-    adjustments: Vec<(String, Instant)>,
-}
-
-impl Lost {
-    fn total(&self) -> usize {
-        self.holds.len() + self.confirms.len() + self.adjustments.len()
-    }
-
-    fn all(&self) -> impl Iterator<Item = &(String, Instant)> {
-        self.holds
-            .iter()
-            .chain(&self.confirms)
-            .chain(&self.adjustments)
-    }
-}
-
-async fn lost_on(server: &PgServer, acks: &Acks) -> Lost {
+async fn lost_on_server(server: &PgServer, acks: &Acks) -> Lost {
     let client = server
         .connect_url(&server.url_for(DB))
         .await
         .expect("connect to the promoted primary");
-    let present = |sql: &'static str| {
-        let client = &client;
-        async move {
-            client
-                .query(sql, &[])
-                .await
-                .expect("read back")
-                .iter()
-                .map(|row| row.get::<_, String>(0))
-                .collect::<HashSet<String>>()
-        }
-    };
-    let held = present("SELECT reservation_id FROM reservations").await;
-    let confirmed =
-        present("SELECT reservation_id FROM reservations WHERE status = 'confirmed'").await;
-    let adjusted = present("SELECT adjustment_id FROM adjustments WHERE status = 'applied'").await;
-    let missing = |acked: &[(String, Instant)], have: &HashSet<String>| {
-        acked
-            .iter()
-            .filter(|(id, _)| !have.contains(id))
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    Lost {
-        holds: missing(&acks.holds, &held),
-        confirms: missing(&acks.confirms, &confirmed),
-        adjustments: missing(&acks.adjustments, &adjusted),
-    }
+    lost_on(&client, acks).await.expect("read back")
 }
 
 /// Milliseconds from `origin` to `at`, negative when `at` came first.
@@ -253,7 +97,7 @@ async fn setup(
 async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost() {
     let _serial = serial().await;
     let (mut pg, cluster, router, skus) = setup(Replication::Synchronous).await;
-    let load = Workload::start(&router.url, &skus);
+    let load = Workload::start(&router.url, &skus, LOAD);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     pg.kill_primary().expect("kill primary");
@@ -271,10 +115,7 @@ async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost(
     let stale_writes_before = write_count(pg.standby()).await;
     cut_sessions(pg.primary()).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let successes_after_revival = {
-        let acks = load.acks.lock().unwrap();
-        acks.successes.iter().filter(|&&t| t > revived_at).count()
-    };
+    let successes_after_revival = load.with_acks(|acks| acks.successes_after(revived_at));
     // What operators see while the stale server is reachable: the router's prober reports it,
     // and both services counted the connections they refused.
     // The router's fence series carry its shard (one database: `main`).
@@ -297,7 +138,7 @@ async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost(
     }
     let acks = load.finish().await;
     let stale_writes = write_count(pg.standby()).await - stale_writes_before;
-    let lost = lost_on(pg.primary(), &acks).await;
+    let lost = lost_on_server(pg.primary(), &acks).await;
 
     eprintln!(
         "acknowledged: {} holds, {} confirmations, {} restocks; first success {:?} after the \
@@ -343,7 +184,7 @@ async fn a_revived_old_primary_takes_no_write_and_no_acknowledged_write_is_lost(
 async fn an_asynchronous_standby_loses_exactly_what_it_had_not_received() {
     let _serial = serial().await;
     let (mut pg, _cluster, router, skus) = setup(Replication::Asynchronous).await;
-    let load = Workload::start(&router.url, &skus);
+    let load = Workload::start(&router.url, &skus, LOAD);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The window: the standby receives nothing from here on, the primary keeps acknowledging.
@@ -360,7 +201,7 @@ async fn an_asynchronous_standby_loses_exactly_what_it_had_not_received() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let first_success = load.first_success_after(promoted_at);
     let acks = load.finish().await;
-    let lost = lost_on(pg.primary(), &acks).await;
+    let lost = lost_on_server(pg.primary(), &acks).await;
     let acked_in_window = acks
         .holds
         .iter()

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use super::shards::{shard_name, ExtraShard};
 use super::template::Template;
 use super::{Cluster, RedisHost, Storage};
-use crate::{cargo_bin, PgServer, RedisServer, ReplicatedPg, Replication};
+use crate::{cargo_bin, PatroniCluster, PgServer, RedisServer, ReplicatedPg, Replication};
 
 /// Where the cluster's database lives.
 #[derive(Debug, Clone)]
@@ -21,6 +21,10 @@ pub enum Database {
     Private,
     /// A private primary with a streaming standby; services get the multi-host URL of both.
     Replicated(Replication),
+    /// A private [`PatroniCluster`] of this many nodes (etcd, synchronous mode, `pg_rewind`);
+    /// services get the multi-host URL of every node. Extra server settings do not apply (the
+    /// cluster's settings live in Patroni's configuration).
+    Patroni(usize),
     /// An existing empty database on a server the cluster never touches.
     Url(String),
 }
@@ -262,6 +266,11 @@ impl ClusterBuilder {
                 let pair = ReplicatedPg::start_with(*mode, self.pg_settings.clone()).await?;
                 let url = pair.create_database(&db_name).await?;
                 (Storage::Replicated(Box::new(pair)), url)
+            }
+            Database::Patroni(nodes) => {
+                let cluster = PatroniCluster::start(*nodes).await?;
+                let url = cluster.create_database(&db_name).await?;
+                (Storage::Patroni(Box::new(cluster)), url)
             }
         };
         let db_name = match pg {

@@ -1,5 +1,5 @@
 //! A whole local cluster as real processes: PostgreSQL (a private [`PgServer`], a
-//! [`ReplicatedPg`] pair, or a database on a server someone else runs), Redis, a migrated schema,
+//! [`ReplicatedPg`] pair, a [`PatroniCluster`], or a database on a server someone else runs), Redis, a migrated schema,
 //! N allocator replicas (each optionally behind [`TcpProxy`]s of its own, one per database host)
 //! and M routers. The router's tests, the chaos harness and the local demo (`cluster up`) all
 //! start their clusters here.
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::{PgServer, RedisServer, ReplicatedPg, TcpProxy};
+use crate::{PatroniCluster, PgServer, RedisServer, ReplicatedPg, TcpProxy};
 
 /// The PostgreSQL a cluster runs on.
 #[derive(Debug)]
@@ -42,6 +42,9 @@ pub enum Storage {
     External,
     Private(Box<PgServer>),
     Replicated(Box<ReplicatedPg>),
+    /// Patroni decides which node is primary; the harness knows none of them as a [`PgServer`],
+    /// so `primary` and `servers` are empty (and proxies unavailable).
+    Patroni(Box<PatroniCluster>),
 }
 
 impl Storage {
@@ -51,6 +54,7 @@ impl Storage {
             Storage::External => None,
             Storage::Private(server) => Some(server.as_ref()),
             Storage::Replicated(pair) => Some(pair.primary()),
+            Storage::Patroni(_) => None,
         }
     }
 
@@ -62,12 +66,30 @@ impl Storage {
         }
     }
 
+    /// The TCP port of every server the cluster owns, in the order of the services'
+    /// multi-host URL (a Patroni cluster's nodes too).
+    pub fn ports(&self) -> Vec<u16> {
+        match self {
+            Storage::Patroni(cluster) => cluster.nodes().iter().map(|n| n.pg_port()).collect(),
+            _ => self.servers().iter().map(|s| s.port()).collect(),
+        }
+    }
+
+    /// The Patroni cluster, for its faults (`patronictl`, killed postmasters).
+    pub fn patroni_mut(&mut self) -> Option<&mut PatroniCluster> {
+        match self {
+            Storage::Patroni(cluster) => Some(cluster.as_mut()),
+            _ => None,
+        }
+    }
+
     /// Every server, in the order of the services' multi-host URL.
     pub fn servers(&self) -> Vec<&PgServer> {
         match self {
             Storage::External => Vec::new(),
             Storage::Private(server) => vec![server.as_ref()],
             Storage::Replicated(pair) => pair.nodes().iter().collect(),
+            Storage::Patroni(_) => Vec::new(),
         }
     }
 }

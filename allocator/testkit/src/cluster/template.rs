@@ -41,15 +41,15 @@ impl Template {
             shards[shard].1.clone()
         } else if self.proxies {
             // The servers of the allocator's shard: the cluster's own for shard 0.
-            let servers = match shard {
-                0 => cluster.pg.servers(),
-                i => vec![&cluster.extra_shards[i - 1].server],
+            let ports = match shard {
+                0 => cluster.pg.ports(),
+                i => vec![cluster.extra_shards[i - 1].server.port()],
             };
-            if servers.is_empty() {
+            if ports.is_empty() {
                 bail!("proxies need a database server of the cluster's own");
             }
-            for server in servers {
-                proxies.push(TcpProxy::start(([127, 0, 0, 1], server.port()).into())?);
+            for port in ports {
+                proxies.push(TcpProxy::start(([127, 0, 0, 1], port).into())?);
             }
             let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
             format!(

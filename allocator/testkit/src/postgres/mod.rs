@@ -24,8 +24,10 @@
 //! postmaster (as the right user) live in [`launch`].
 
 mod launch;
+pub mod patroni;
 mod replication;
 
+pub use self::patroni::{PatroniCluster, PatroniOptions, PatroniTimings};
 pub use self::replication::{ReplicatedPg, Replication};
 
 use std::path::{Path, PathBuf};

@@ -94,6 +94,13 @@ pub struct UpArgs {
     /// multi-host URL of both servers.
     #[arg(long, env = "CLUSTER_PG_STANDBY")]
     pg_standby: Option<String>,
+    /// `patroni`: a private Patroni cluster (three etcd members, synchronous mode, `pg_rewind`)
+    /// of `--ha-nodes` PostgreSQL nodes; every service gets the multi-host URL of all of them.
+    #[arg(long, env = "CLUSTER_HA")]
+    ha: Option<String>,
+    /// PostgreSQL nodes of the `--ha patroni` cluster.
+    #[arg(long, env = "CLUSTER_HA_NODES", default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=5))]
+    ha_nodes: u8,
     /// A private PostgreSQL with fsync, full page writes and synchronous commit on (benchmarks).
     #[arg(long, env = "CLUSTER_PG_DURABLE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pg_durable: bool,

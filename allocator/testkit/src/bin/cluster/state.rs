@@ -119,6 +119,7 @@ pub fn pg_mode(cluster: &Cluster) -> &'static str {
         Storage::External => "system",
         Storage::Private(_) => "private",
         Storage::Replicated(_) => "private-standby",
+        Storage::Patroni(_) => "patroni",
     }
 }
 
@@ -165,6 +166,9 @@ pub fn write(dir: &Path, cluster: &mut Cluster) -> Result<()> {
     if let Ok(server) = cluster.redis.server() {
         dirs.push(server.dir().to_path_buf());
     }
+    if let Storage::Patroni(patroni) = &cluster.pg {
+        dirs.push(patroni.dir().to_path_buf());
+    }
     let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     std::fs::write(run.join("server-dirs"), dirs.join("\n"))?;
     let services = format!(
@@ -182,6 +186,14 @@ pub fn write(dir: &Path, cluster: &mut Cluster) -> Result<()> {
         pg_mode(cluster),
         redis_mode(cluster),
     );
+    // With Patroni, `patronictl list` (switchover, ...) works in a shell that sourced the env.
+    let services = match &cluster.pg {
+        Storage::Patroni(patroni) => format!(
+            "{services}export PATRONICTL_CONFIG_FILE={}\n",
+            quoted(&patroni.nodes()[0].config_path().display().to_string())
+        ),
+        _ => services,
+    };
     let (allocators, routers) = urls;
     let processes = format!(
         "export ROUTER_URL={}\nexport ROUTER_URLS={}\nexport ALLOCATOR_URLS={}\n",
@@ -230,10 +242,11 @@ pub fn remove_server_dirs(dir: &Path) {
     };
     for line in text.lines() {
         let path = Path::new(line);
-        let ours = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("allocator-pg-") || n.starts_with("allocator-redis-"));
+        let ours = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+            n.starts_with("allocator-pg-")
+                || n.starts_with("allocator-redis-")
+                || n.starts_with("allocator-patroni-")
+        });
         if ours {
             let _ = std::fs::remove_dir_all(path);
         }

@@ -161,7 +161,16 @@ async fn start(dir: &Path, args: &UpArgs) -> Result<Cluster> {
     if standby.is_some() && !private_pg {
         bail!("CLUSTER_PG_STANDBY needs a private PostgreSQL (CLUSTER_PRIVATE=1)");
     }
+    let patroni = match args.ha.as_deref().filter(|s| !s.is_empty()) {
+        None => false,
+        Some("patroni") => true,
+        Some(other) => bail!("--ha (CLUSTER_HA) must be patroni, got {other:?}"),
+    };
+    if patroni && standby.is_some() {
+        bail!("--ha patroni and CLUSTER_PG_STANDBY are two ways of replicating; choose one");
+    }
     let database = match standby {
+        None if patroni => Database::Patroni(usize::from(args.ha_nodes)),
         Some(mode) => Database::Replicated(mode),
         None if private_pg => Database::Private,
         None => match system_database(args).await {
