@@ -158,8 +158,11 @@ async fn prometheus_scrapes_the_cluster_dashboard_queries_answer_and_unowned_par
 
     // Settlement windows of 2 s instead of a minute, so the job's run counter and lag gauges
     // exist within the test.
-    let mut cluster = Cluster::start_with_env(
+    // One shard whatever `TESTKIT_SHARDS` says: the unowned-partitions part stops every
+    // allocator but one, which must then own every partition.
+    let mut cluster = Cluster::start_sharded_with_env(
         "prometheus",
+        1,
         REPLICAS,
         PARTITIONS,
         vec![("ALLOCATOR_SETTLEMENT_WINDOW_SECS".into(), "2".into())],
