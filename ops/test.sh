@@ -38,7 +38,7 @@
 # when an earlier one failed; the exit status is the first failure's.
 #
 # Knobs: TEST_THREADS (2), TEST_RUNNER (cargo | nextest; default cargo), TEST_BUDGET_SECONDS
-# (whole-run deadline, default 2550 when CI=true, under the 45 minutes CI allows; none otherwise;
+# (whole-run deadline, default 2650 when CI=true, under the 45 minutes CI allows; none otherwise;
 # CI=true also adds --no-fail-fast so one run reports every failing test binary), ALLOCATOR_PG_BIN,
 # ALLOCATOR_REDIS_SERVER, ALLOCATOR_PROMETHEUS_BIN (exported to the tests; found automatically),
 # OPS_NO_INSTALL=1.
@@ -80,7 +80,7 @@ THREADS="${TEST_THREADS:-2}"
 fail_fast=()
 RUNNER="${TEST_RUNNER:-cargo}"
 if [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then
-    BUDGET="${TEST_BUDGET_SECONDS:-2550}"
+    BUDGET="${TEST_BUDGET_SECONDS:-2650}"
     # Clean CI builds: no incremental cache, and only line tables as debug info (backtraces keep
     # file:line) so the test build compiles and links faster on 2 cores.
     export CARGO_INCREMENTAL=0 CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
