@@ -56,6 +56,7 @@ pub fn build_fenced_pool(
 /// Connect once, outside any pool (for `migrate`), to the newest primary among the URL's hosts.
 pub async fn connect(database_url: &str) -> anyhow::Result<tokio_postgres::Client> {
     let fence = fence(database_url, "allocator:migrate")?;
+    edge::pg::require_session_pooling(&fence, "allocator:migrate").await?;
     storage::connect(&fence, fence.config()).await
 }
 

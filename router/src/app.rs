@@ -202,6 +202,9 @@ impl Storage {
         // (DESIGN.md §13). The shards are probed concurrently: one that does not answer delays
         // the others by at most its probe timeout.
         futures::future::join_all(shards.iter().map(|s| s.fence.probe_all())).await;
+        for shard in &shards {
+            edge::pg::require_session_pooling(&shard.fence, "router").await?;
+        }
         let orders = Arc::new(OrderStore::new(
             shards.iter().map(|s| s.orders_pool.clone()).collect(),
             config.db_timeout,

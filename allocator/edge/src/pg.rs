@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use storage::pooling::PoolingCheck;
 use storage::{PoolLimits, StorageFence};
 
 /// How long a TCP connection may be idle before the kernel starts probing it.
@@ -52,7 +53,6 @@ pub fn build_pool(fence: &Arc<StorageFence>, settings: &PoolSettings) -> anyhow:
         &settings.application_name,
         settings.connect_timeout,
     );
-    pg.options(server_options(settings));
     storage::build_pool(
         fence,
         pg,
@@ -62,20 +62,54 @@ pub fn build_pool(fence: &Arc<StorageFence>, settings: &PoolSettings) -> anyhow:
             create: settings.connect_timeout,
             recycle: settings.connect_timeout,
         },
+        server_settings(settings),
     )
 }
 
-/// The startup `options` that set the server-side timeouts of a session, and generic plans for
+/// Refuses to start behind a connection pooler that multiplexes sessions (PgBouncer in
+/// transaction or statement mode; [`storage::pooling`] says why and how it is detected). When
+/// the check cannot decide (the database is down), the service starts and says so.
+pub async fn require_session_pooling(
+    fence: &StorageFence,
+    application_name: &str,
+) -> anyhow::Result<()> {
+    let mut config = fence.config().clone();
+    session(
+        &mut config,
+        &format!("{application_name}:pooling-check"),
+        CHECK_CONNECT,
+    );
+    match storage::pooling::check(&config).await {
+        PoolingCheck::Session => Ok(()),
+        PoolingCheck::Multiplexed(how) => {
+            anyhow::bail!("{} ({how})", storage::pooling::MULTIPLEXED_HELP)
+        }
+        PoolingCheck::Unknown(error) => {
+            tracing::warn!(
+                error = %format!("{error:#}"),
+                "could not check that each database connection is its own server session \
+                 (no PgBouncer in transaction mode); starting anyway"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Connect timeout of the start-up pooling check's sessions.
+const CHECK_CONNECT: Duration = Duration::from_secs(3);
+
+/// The `SET` statements, run once per new connection, that set the server-side timeouts of a
+/// session (not startup `options`, which PgBouncer refuses), and generic plans for
 /// every prepared statement: the allocator's set-based reserve statement (a chain of CTEs over
 /// array parameters) costs about 0.35 ms to plan and 0.2 ms to run for one command, and
 /// PostgreSQL's default keeps re-planning it for small groups because a custom plan for a
 /// one-element array looks cheaper than the generic one. Every statement of the services is a
 /// key lookup or a set-based write over arrays, which the generic plan does as well (measured
 /// with `ops/bench/fenced-cost.sh`; ops/BENCHMARKS.md "What a reserve costs").
-fn server_options(settings: &PoolSettings) -> String {
+fn server_settings(settings: &PoolSettings) -> String {
     format!(
-        "-c plan_cache_mode=force_generic_plan \
-         -c statement_timeout={} -c idle_in_transaction_session_timeout={} -c lock_timeout={}",
+        "SET plan_cache_mode = force_generic_plan; SET statement_timeout = {}; \
+         SET idle_in_transaction_session_timeout = {}; SET lock_timeout = {}",
         settings.statement_timeout.as_millis(),
         settings.idle_in_transaction_timeout.as_millis(),
         settings.lock_timeout.as_millis()
@@ -87,7 +121,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn server_options_name_every_timeout_in_milliseconds() {
+    fn server_settings_name_every_timeout_in_milliseconds() {
         let settings = PoolSettings {
             size: 1,
             wait: Duration::from_secs(1),
@@ -98,10 +132,9 @@ mod tests {
             application_name: "test".into(),
         };
         assert_eq!(
-            server_options(&settings),
-            "-c plan_cache_mode=force_generic_plan \
-             -c statement_timeout=1500 -c idle_in_transaction_session_timeout=4000 \
-             -c lock_timeout=250"
+            server_settings(&settings),
+            "SET plan_cache_mode = force_generic_plan; SET statement_timeout = 1500; \
+             SET idle_in_transaction_session_timeout = 4000; SET lock_timeout = 250"
         );
     }
 

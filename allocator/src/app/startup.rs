@@ -112,6 +112,7 @@ impl Storage {
         // already knows the newest primary (DESIGN.md §13).
         let fence = crate::sessions::fence(&config.database_url, &pool_settings.application_name)?;
         fence.probe_all().await;
+        edge::pg::require_session_pooling(&fence, &pool_settings.application_name).await?;
         let pool = build_fenced_pool(&fence, &pool_settings)?;
         // Lease statements must never wait long for a lock held by a paused peer's transaction:
         // a short lock timeout turns that wait into a failed (retried) campaign step.

@@ -98,8 +98,8 @@ pub struct ServeArgs {
     #[arg(long, env = "ALLOCATOR_CAMPAIGN_INTERVAL_MS", default_value_t = 1000)]
     pub campaign_interval_ms: u64,
     /// Keep a `LISTEN` session so a peer's announced release or departure starts a campaign at
-    /// once (planned hand-off in milliseconds). Turn off where sessions cannot `LISTEN` (a
-    /// transaction-pooling proxy); peers then pick released partitions up at their next campaign.
+    /// once (planned hand-off in milliseconds). Turn off where a database endpoint does not
+    /// allow `LISTEN`; peers then pick released partitions up at their next campaign.
     #[arg(long, env = "ALLOCATOR_HANDOFF_LISTEN", default_value_t = true, action = clap::ArgAction::Set)]
     pub handoff_listen: bool,
 

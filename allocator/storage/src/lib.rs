@@ -20,6 +20,7 @@
 pub mod fence;
 pub mod identity;
 pub mod pool;
+pub mod pooling;
 mod probe;
 
 pub use self::fence::{FenceSettings, MetricNames, StorageFence};

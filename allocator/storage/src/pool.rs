@@ -33,12 +33,15 @@ pub struct PoolLimits {
 }
 
 /// A pool of connections to the newest primary among `config`'s hosts. `config` carries the
-/// pool's session settings (application name, server-side timeouts); its hosts must be the
-/// fence's.
+/// pool's client-side session settings (application name, timeouts); its hosts must be the
+/// fence's. `setup` (SQL, e.g. `SET` statements) runs once on every new connection before it
+/// is judged: server-side settings go there rather than in the startup packet's `options`,
+/// which PgBouncer refuses ("unsupported startup parameter").
 pub fn build_pool(
     fence: &Arc<StorageFence>,
     config: Config,
     limits: &PoolLimits,
+    setup: String,
 ) -> anyhow::Result<Pool> {
     let manager = Manager::from_connect(
         config,
@@ -59,7 +62,16 @@ pub fn build_pool(
         .runtime(Runtime::Tokio1)
         .post_create(Hook::async_fn(move |client, _| {
             let fence = on_create.clone();
-            Box::pin(async move { validate(&fence, client).await })
+            let setup = setup.clone();
+            Box::pin(async move {
+                if !setup.is_empty() {
+                    client
+                        .batch_execute(&setup)
+                        .await
+                        .map_err(HookError::Backend)?;
+                }
+                validate(&fence, client).await
+            })
         }))
         .pre_recycle(Hook::sync_fn(move |_, metrics| {
             if recycle.superseded(metrics.created) {

@@ -64,7 +64,8 @@ pub use self::api_client::{Answer, ApiClient};
 pub use self::browser::Browser;
 pub use self::cluster::Cluster;
 pub use self::postgres::{
-    PatroniCluster, PatroniOptions, PatroniTimings, PgServer, ReplicatedPg, Replication,
+    PatroniCluster, PatroniOptions, PatroniTimings, PgBouncer, PgServer, PoolMode, ReplicatedPg,
+    Replication,
 };
 pub use self::process::{cargo_bin, free_port, ChildProcess};
 pub use self::procfs::{cpu_times, resident_set_kib, tree_cpu_time, CpuTimes};

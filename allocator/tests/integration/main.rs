@@ -37,6 +37,7 @@ mod owners_adjustments;
 mod owners_fenced;
 mod patroni_failover;
 mod patroni_support;
+mod pgbouncer;
 mod processes;
 mod renewal;
 mod retention;

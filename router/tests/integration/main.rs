@@ -21,6 +21,7 @@ mod order_lock;
 mod order_races;
 mod orders;
 mod owners;
+mod pooling;
 mod prometheus;
 mod request_id;
 mod routing;

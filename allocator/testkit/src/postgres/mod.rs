@@ -25,9 +25,11 @@
 
 mod launch;
 pub mod patroni;
+mod pgbouncer;
 mod replication;
 
 pub use self::patroni::{PatroniCluster, PatroniOptions, PatroniTimings};
+pub use self::pgbouncer::{PgBouncer, PoolMode};
 pub use self::replication::{ReplicatedPg, Replication};
 
 use std::path::{Path, PathBuf};
