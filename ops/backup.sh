@@ -15,7 +15,9 @@
 #                                             their target, so a recent one makes recovery short
 #   ops/backup.sh stop --dir DIR              switch to a new WAL segment and wait until it is
 #                                             archived: the archive then holds every commit so far
-#   ops/backup.sh status --dir DIR            `pgbackrest info`: backups, archived WAL range
+#   ops/backup.sh status --dir DIR            `pgbackrest info` (backups, archived WAL range) and
+#                                             `pgbackrest verify` (every file against its
+#                                             checksum; exit 1 when one does not match)
 #
 # pgBackRest runs on the database's host (it reads the data directory) as the database's OS user:
 # `postgres` when run as root (the repository is handed to it), else the invoking user. URL is the
@@ -147,5 +149,10 @@ case "$cmd" in
     status)
         need_conf
         pgbr info
+        # Every file of every backup and every archived WAL segment against its manifest's
+        # checksum; verify exits 0 even when it finds some invalid, hence the text test.
+        out="$(pgbr verify --output=text)" || die "pgbackrest verify failed (log: $dir/log)"
+        [[ "$out" != *"status: error"* ]] || die "pgbackrest verify: the repository has invalid files"$'\n'"$out"
+        ok "pgbackrest verify: every backup file and archived WAL segment matches its checksum"
         ;;
 esac

@@ -12,20 +12,19 @@
 #   --db NAME           the allocator's database in the cluster (default allocator_demo)
 #   --port PORT         port the verified server listens on at the end (default: a free one)
 #
-# Steps: `pgbackrest restore` writes the newest backup finished before the target into DIR/data
-# (archiving off, WAL fetched from the archive by `archive-get`); PostgreSQL recovers to the target
-# and is promoted while it listens on a private Unix socket only, so no service can reach it;
-# storage_identity.serving is set to false at once; `chaos --dump-database` and `chaos-check` (the
-# chaos run's independent checker: no oversell, rows balanced, the ledger sums to every row, no
-# write under a superseded epoch, one reserve per reservation, reservations match their ledger
-# rows) judge the restored database. Only when it passes does the copy get a new identity — a new
-# storage_identity.cluster_id, the old one in restored_from, serving = true — and listen on
-# 127.0.0.1:PORT. Services that work with the live database refuse the copy (another cluster id:
-# DESIGN.md §13); services use it only when started against it on purpose. A copy that fails the
-# check is stopped and left in DIR, not serving. Prints and writes DIR/restore.env
-# (RESTORED_DATABASE_URL, RESTORED_CLUSTER_ID, RESTORED_FROM, RESTORED_DATA).
-# The drill then also starts 2 allocators and a router on the copy (ops/cluster.sh up
-# --database-url) and sends a reserve, its replay and a confirm through the router's API.
+# Steps: `pgbackrest restore` writes the newest backup finished before the target into DIR/data,
+# archiving off; PostgreSQL recovers to the target (WAL from `archive-get`) and is promoted while
+# it listens on a private Unix socket only, so no service can reach it; storage_identity.serving
+# is set to false at once; `chaos --dump-database` and `chaos-check` (the chaos run's checker: no
+# oversell, rows balanced, the ledger sums to every row, no write under a superseded epoch, one
+# reserve per reservation, reservations match their ledger rows) judge it. Only when it passes
+# does the copy get a new identity (a new storage_identity.cluster_id, the old one in
+# restored_from, serving = true) and listen on 127.0.0.1:PORT; services that work with the live
+# database refuse it (another cluster id: DESIGN.md §13). A copy that fails the check is stopped
+# and left in DIR, not serving. Prints and writes DIR/restore.env (RESTORED_DATABASE_URL,
+# RESTORED_CLUSTER_ID, RESTORED_FROM, RESTORED_DATA). The drill then starts 2 allocators and a
+# router on the copy (ops/cluster.sh up --database-url) and checks a reserve, its replay and a
+# confirm through the router's API.
 #
 # Knobs: ALLOCATOR_PG_BIN, CHAOS_BIN_DIR (where chaos and chaos-check are; default
 # $CARGO_TARGET_DIR/debug, built with `cargo build -p chaos` if missing).
@@ -34,13 +33,7 @@ set -euo pipefail
 # shellcheck source=ops/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-backup=""
-to=""
-target=""
-latest=0
-db="allocator_demo"
-port=""
-drill=0
+backup="" to="" target="" latest=0 db="allocator_demo" port="" drill=0
 while (($#)); do
     case "$1" in
         --backup) backup=${2:?--backup needs a value}; shift 2 ;;
@@ -67,9 +60,7 @@ chaos_bins() {
 }
 
 # psql on the restored server's private socket.
-rpsql() {
-    "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At -h "$to/sock" -p "$port" -U postgres -d "$db" "$@"
-}
+rpsql() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At -h "$to/sock" -p "$port" -U postgres -d "$db" "$@"; }
 
 pg_ctl_restored() { as_pg_user "$PG_BIN/pg_ctl" -D "$to/data" -l "$to/postgres.log" "$@"; }
 
@@ -97,23 +88,19 @@ restore() {
     fi
     mkdir -p "$to/sock" "$to/check"
     to="$(cd "$to" && pwd)"
-    if is_root; then
-        chmod 755 "$to"
-        chown -R postgres:postgres "$to"
-    fi
+    ! is_root || { chmod 755 "$to" && chown -R postgres:postgres "$to"; }
     step "pgbackrest restore into $to/data"
     # The copy must never push WAL into the live server's archive: archiving off.
-    pgbr restore "--pg1-path=$to/data" --archive-mode=off "${recovery[@]}" \
-        || die "pgbackrest restore failed (log: $backup/log)"
+    pgbr restore "--pg1-path=$to/data" --archive-mode=off "${recovery[@]}" --log-level-console=info \
+        >"$to/pgbackrest-restore.log" 2>&1 || die "pgbackrest restore failed: $(tail -5 "$to/pgbackrest-restore.log")"
+    info "$(grep -o 'restore backup set .*' "$to/pgbackrest-restore.log")"
     {
         echo "archive_command = ''"
         # Recovery refuses lower settings than the backed-up server had; its control file says.
-        "$PG_BIN/pg_controldata" "$to/data" | awk -F': *' '
-            /^max_connections setting/      { print "max_connections = " $2 }
-            /^max_worker_processes setting/ { print "max_worker_processes = " $2 }
-            /^max_wal_senders setting/      { print "max_wal_senders = " $2 }
-            /^max_prepared_xacts setting/   { print "max_prepared_transactions = " $2 }
-            /^max_locks_per_xact setting/   { print "max_locks_per_transaction = " $2 }'
+        # (max_connections, max_worker_processes, max_wal_senders, max_prepared_transactions,
+        # max_locks_per_transaction, named *_xact(s) there).
+        "$PG_BIN/pg_controldata" "$to/data" | awk -F': *' '/^max_[a-z_]+ setting:/ {
+            n = $1; sub(/ setting$/, "", n); sub(/xact/, "transaction", n); print n " = " $2 }'
         echo "primary_conninfo = ''"
         # A synchronous standby named by the live primary does not follow the copy.
         echo "synchronous_standby_names = ''"
@@ -149,41 +136,37 @@ restore() {
     pg_ctl_restored -m fast -w stop >/dev/null
     pg_ctl_restored -w -t 60 -o "-p $port -k $to/sock -c listen_addresses=127.0.0.1 -c archive_mode=off" start \
         >/dev/null || die "restarting the restored server failed: $(tail -20 "$to/postgres.log")"
-    {
-        printf 'RESTORED_DATABASE_URL=%q\n' "postgres://postgres@127.0.0.1:$port/$db"
-        printf 'RESTORED_CLUSTER_ID=%q\n' "$new_id"
-        printf 'RESTORED_FROM=%q\n' "$old_id"
-        printf 'RESTORED_DATA=%q\n' "$to/data"
-    } >"$to/restore.env"
+    printf 'RESTORED_DATABASE_URL=%q\nRESTORED_CLUSTER_ID=%q\nRESTORED_FROM=%q\nRESTORED_DATA=%q\n' \
+        "postgres://postgres@127.0.0.1:$port/$db" "$new_id" "$old_id" "$to/data" >"$to/restore.env"
     ok "restored copy verified: cluster id $new_id (restored from $old_id), listening on 127.0.0.1:$port"
     info "stop it with: ${PG_BIN}/pg_ctl -D $to/data stop   (as the postgres user when root)"
     cat "$to/restore.env"
 }
 
-# serve_check ROUTER_URL: through a router on the restored copy, a reserve, its replay (the same
-# answer, one hold) and a confirm, each answer checked; the hold must be in the copy. 1 = failed.
+# serve_check ROUTER_URL: through a router on the restored copy, a restock of a new SKU, a reserve,
+# its replay (the same answer, one hold) and a confirm, each answer checked. 1 = failed.
 serve_check() {
-    local router=$1 id="drill-restored-$RANDOM$RANDOM" sku first held0 body code rc=0
-    sku="$("$PG_BIN/psql" -X -At -d "$RESTORED_DATABASE_URL" -c \
-        "SELECT sku FROM inventory WHERE available >= 2 ORDER BY sku LIMIT 1")"
+    local router=$1 n="$RANDOM$RANDOM" body code first rc=0
+    local id="drill-restored-$n" sku="drill-restored-sku-$n"
     call() { code="$(curl -s -o "$DRILL_DIR/body" -D "$DRILL_DIR/headers" -w '%{http_code}' \
         --max-time 10 -X POST -H 'Content-Type: application/json' "$router$1" -d "${2:-}")" || true
         body="$(cat "$DRILL_DIR/body" 2>/dev/null)"; }
-    expect() { [[ "$1" == "$2" ]] || { warn "restored copy, $3: expected $2, got $1 ($body)"; rc=1; }; }
-    held0="$(curl -s "$router/v1/inventory/$sku" | jq .held)"
+    expect() { [[ "$1" == "$2" ]] || { warn "restored copy, $3: expected $2, got $1 (last answer $body)"; rc=1; }; }
+    call "/v1/inventory/$sku/adjustments" "{\"adjustment_id\":\"$id\",\"delta\":10}"
+    expect "$code" 201 "restock of 10 $sku"
     local reserve="{\"reservation_id\":\"$id\",\"sku\":\"$sku\",\"quantity\":2,\"ttl_seconds\":600}"
     call /v1/reservations "$reserve"
     first="$body"
-    expect "$code $(jq -r .status <<<"$body")" "201 held" "reserve $id of 2 $sku"
+    expect "$code $(jq -r .status <<<"$body")" "201 held" "reserve $id of 2"
     call /v1/reservations "$reserve"
     expect "$code $(tr -d '\r' <"$DRILL_DIR/headers" | grep -ci '^idempotent-replayed: true$')" "200 1" "replay"
     expect "$(jq -cS . <<<"$body")" "$(jq -cS . <<<"$first")" "replay's answer"
-    expect "$(curl -s "$router/v1/inventory/$sku" | jq .held)" "$((held0 + 2))" "held units after the replay"
+    expect "$(curl -s "$router/v1/inventory/$sku" | jq -c '[.available, .held]')" "[8,2]" "stock after the replay"
     call "/v1/reservations/$id/confirm"
     expect "$code $(jq -r .status <<<"$body")" "200 confirmed" "confirm"
     expect "$("$PG_BIN/psql" -X -At -d "$RESTORED_DATABASE_URL" -c \
         "SELECT status FROM reservations WHERE reservation_id = '$id'")" confirmed "the row in the copy"
-    ((rc == 0)) && ok "the copy served a reserve, its replay and a confirm as specified"
+    ((rc == 0)) && ok "the copy served a restock, a reserve, its replay and a confirm as specified"
     return "$rc"
 }
 
@@ -211,9 +194,8 @@ drill() {
     ensure_packages pgbackrest curl jq
     cleanup() {
         CLUSTER_DIR="$DRILL_DIR/served" "$OPS_DIR/cluster.sh" down >/dev/null 2>&1 || true
-        if [[ -f "$DRILL_DIR/restored/data/postmaster.pid" ]]; then
-            as_pg_user "$PG_BIN/pg_ctl" -D "$DRILL_DIR/restored/data" -m immediate stop >/dev/null 2>&1 || true
-        fi
+        [[ ! -f "$DRILL_DIR/restored/data/postmaster.pid" ]] \
+            || as_pg_user "$PG_BIN/pg_ctl" -D "$DRILL_DIR/restored/data" -m immediate stop >/dev/null 2>&1 || true
         "$OPS_DIR/cluster.sh" down >/dev/null 2>&1 || true
         rm -rf "$DRILL_DIR"
     }
@@ -230,16 +212,18 @@ drill() {
         --release-ratio 0.3 --no-progress)
     "$loadtest" seed --target "$ROUTER_URL" --skus 50 --stock 100000 --prefix drill >/dev/null
     "$loadtest" run "${run[@]}" --duration-secs 5 --seed 1 >/dev/null || die "first burst of load failed"
+    # Restores must take this incremental backup, not the one after the target.
+    "$OPS_DIR/backup.sh" base --dir "$work/backup" --type incr
     sleep 1
-    local at
+    local at expected total live_id
     at="$(date -u '+%Y-%m-%d %H:%M:%S.%6N+00')"
     sleep 1
     "$loadtest" run "${run[@]}" --duration-secs 3 --seed 2 >/dev/null || die "second burst of load failed"
-    local expected total live_id
-    expected="$($live "SELECT count(*) FROM reservations WHERE created_at <= '$at'")"
-    total="$($live "SELECT count(*) FROM reservations")"
-    live_id="$($live "SELECT cluster_id FROM storage_identity")"
+    "$OPS_DIR/backup.sh" base --dir "$work/backup" --type incr
+    read -r expected total live_id <<<"$($live "SELECT (SELECT count(*) FROM reservations WHERE
+        created_at <= '$at'), (SELECT count(*) FROM reservations), cluster_id FROM storage_identity" | tr '|' ' ')"
     "$OPS_DIR/backup.sh" stop --dir "$work/backup"
+    "$OPS_DIR/backup.sh" status --dir "$work/backup" >/dev/null || die "the repository does not verify"
     "$OPS_DIR/cluster.sh" down >/dev/null 2>&1 || warn "stopping the live cluster failed"
     backup="$work/backup" to="$work/restored" target="$at" db=allocator_drill port=""
     restore
@@ -258,12 +242,8 @@ drill() {
         || die "services on the restored copy did not start: $(tail -20 "$work/served.log")"
     # shellcheck disable=SC1091
     serve_check "$(source "$work/served/cluster.env" && echo "$ROUTER_URL")" || rc=1
-    ((rc == 0)) && ok "restore drill passed" || warn "restore drill FAILED"
+    if ((rc == 0)); then ok "restore drill passed"; else warn "restore drill FAILED"; fi
     return "$rc"
 }
 
-if ((drill)); then
-    drill
-else
-    restore
-fi
+if ((drill)); then drill; else restore; fi
