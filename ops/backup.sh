@@ -23,12 +23,15 @@
 # `postgres` when run as root (the repository is handed to it), else the invoking user. URL is the
 # primary's, with a superuser role: the data directory, port and Unix socket come from the server
 # (`SHOW data_directory`, ...) and pgBackRest connects over that socket as the URL's role.
-# Archiving needs `archive_mode = on` (a restart) and the archive_command `settings` prints (a
-# reload). Nothing of this script keeps running: archiving stops only when archive_command no
-# longer names this repository ('' pauses it: WAL then accumulates on the server until it is set
-# again). `pgbackrest stop` is not used for that, since it also refuses restores' archive-get.
-# Knobs: ALLOCATOR_PG_BIN, BACKUP_STANZA (allocator), BACKUP_RETENTION_FULL (2: full backups kept;
-# older ones and the WAL only they need are expired after each backup).
+# Every command accepts --url; only start needs it. Archiving needs `archive_mode = on` (a
+# restart) and the archive_command `settings` prints (a reload). WAL reaches the archive a segment
+# at a time: `stop` forces a switch, the server's archive_timeout bounds the wait. Nothing of this
+# script keeps running: archiving stops only when archive_command no longer names this repository
+# ('' pauses it: WAL then accumulates on the server until it is set again). `pgbackrest stop` is
+# not used for that, since it also refuses restores' archive-get.
+# Knobs: ALLOCATOR_PG_BIN, BACKUP_STANZA (allocator; read by start and settings, the other commands
+# take the stanza the configuration names), BACKUP_RETENTION_FULL (2: full backups kept; older
+# ones and the WAL only they need are expired after each backup).
 set -euo pipefail
 
 # shellcheck source=ops/lib.sh
@@ -57,10 +60,14 @@ esac
 [[ "$type" =~ ^(full|diff|incr)$ ]] || die "--type must be full, diff or incr"
 PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL binaries (install postgresql or set ALLOCATOR_PG_BIN)"
 ensure_packages pgbackrest jq
-STANZA="${BACKUP_STANZA:-allocator}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 CONF="$dir/pgbackrest.conf"
+STANZA="${BACKUP_STANZA:-allocator}"
+# After `start`, the stanza is the one its configuration names.
+if [[ "$cmd" != start && "$cmd" != settings && -f "$CONF" ]]; then
+    STANZA="$(awk -F'[][]' '/^\[/ && $2 != "global" { print $2; exit }' "$CONF")"
+fi
 ARCHIVE_COMMAND="pgbackrest --config=$CONF --stanza=$STANZA archive-push %p"
 
 pgbr() { as_pg_user pgbackrest "--config=$CONF" "--stanza=$STANZA" "$@"; }
