@@ -96,9 +96,8 @@ restore() {
     info "$(grep -o 'restore backup set .*' "$to/pgbackrest-restore.log")"
     {
         echo "archive_command = ''"
-        # Recovery refuses lower settings than the backed-up server had; its control file says.
-        # (max_connections, max_worker_processes, max_wal_senders, max_prepared_transactions,
-        # max_locks_per_transaction, named *_xact(s) there).
+        # Recovery refuses lower max_connections, max_worker_processes, max_wal_senders,
+        # max_prepared_transactions, max_locks_per_transaction than the backed-up server had.
         "$PG_BIN/pg_controldata" "$to/data" | awk -F': *' '/^max_[a-z_]+ setting:/ {
             n = $1; sub(/ setting$/, "", n); sub(/xact/, "transaction", n); print n " = " $2 }'
         echo "primary_conninfo = ''"
@@ -130,9 +129,9 @@ restore() {
     step "new identity"
     local identity
     identity="$(rpsql -c "UPDATE storage_identity SET restored_from = cluster_id,
-                              cluster_id = gen_random_uuid(), serving = true, stamped_at = now()
-                          RETURNING cluster_id, restored_from" | tr '|' ' ')"
-    read -r new_id old_id <<<"$identity"
+        cluster_id = gen_random_uuid(), serving = true, stamped_at = now()
+        RETURNING cluster_id, restored_from")" || die "stamping the new identity failed"
+    read -r new_id old_id <<<"${identity/|/ }"
     pg_ctl_restored -m fast -w stop >/dev/null
     pg_ctl_restored -w -t 60 -o "-p $port -k $to/sock -c listen_addresses=127.0.0.1 -c archive_mode=off" start \
         >/dev/null || die "restarting the restored server failed: $(tail -20 "$to/postgres.log")"
