@@ -24,6 +24,8 @@
 # CLUSTER_PRIVATE_REDIS for one), CLUSTER_PG_STANDBY=sync|async (with CLUSTER_PRIVATE=1: a
 # streaming standby, and every service gets the multi-host URL of both servers),
 # CLUSTER_HA=patroni (as --ha patroni) with CLUSTER_HA_NODES, CLUSTER_PG_DURABLE=1, CLUSTER_PG_OPTIONS, CLUSTER_DB_NAME (allocator_demo),
+# CLUSTER_DATABASE_URL (serve from an existing database as it is, e.g. a restored copy; nothing
+# dropped, only missing migrations applied),
 # CLUSTER_SYSTEM_PG_HOST / CLUSTER_SYSTEM_PG_PORT / CLUSTER_SYSTEM_PG_USER,
 # CLUSTER_SYSTEM_REDIS_HOST / CLUSTER_SYSTEM_REDIS_PORT, CLUSTER_SKIP_BUILD=1,
 # CLUSTER_READY_TIMEOUT (90 s), CLUSTER_MAP_TIMEOUT (60 s), CLUSTER_STOP_TIMEOUT (30 s),

@@ -6,7 +6,7 @@
 # Provides: logging (log/info/warn/die/step), repository paths (REPO_ROOT, CLUSTER_DIR),
 # package installation (ensure_packages), PostgreSQL discovery (pg_bin_dir), free TCP ports
 # (free_port, free_ports), readiness polling (wait_http, wait_tcp), small process helpers
-# (pid_alive, stop_pid) and the cluster launcher (cluster_bin, cluster_launcher,
+# (pid_alive, stop_pid, as_pg_user) and the cluster launcher (cluster_bin, cluster_launcher,
 # with_cluster_lock).
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
@@ -58,6 +58,16 @@ quiet() {
 }
 
 is_root() { [[ "$(id -u)" -eq 0 ]]; }
+
+# as_pg_user CMD...: runs CMD as the database's OS user: `postgres` when root (from /, which it
+# can read), else as ourselves.
+as_pg_user() {
+    if is_root; then
+        (cd / && runuser -u postgres -- "$@")
+    else
+        "$@"
+    fi
+}
 
 # ---------------------------------------------------------------------------------------------
 # Packages

@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
-# Point-in-time restore of a backup made by ops/backup.sh, verified before anything may use it.
+# Point-in-time restore of a backup made by ops/backup.sh (pgBackRest), verified before anything
+# may use it.
 #
 #   ops/restore.sh --backup DIR --to DIR (--target-time TIME | --latest) [--db NAME] [--port PORT]
 #   ops/restore.sh --drill      a whole drill on a small private cluster (below); exit 0 = passed
 #
-#   --backup DIR        what ops/backup.sh wrote (DIR/base, DIR/wal)
+#   --backup DIR        what ops/backup.sh wrote (DIR/pgbackrest.conf, the repository DIR/repo)
 #   --to DIR            new directory for the restored server (data, socket, log, check output)
 #   --target-time TIME  recover up to this moment (anything `date -d` and PostgreSQL read, e.g.
 #                       '2026-11-01 12:00:00.123+00'); --latest replays the whole archive
 #   --db NAME           the allocator's database in the cluster (default allocator_demo)
 #   --port PORT         port the verified server listens on at the end (default: a free one)
 #
-# Steps: the newest base backup finished before the target is copied, with the WAL archive, into
-# DIR; PostgreSQL recovers to the target and is promoted while it listens on a private Unix
-# socket only, so no service can reach it; storage_identity.serving is set to false at once;
-# `chaos --dump-database` and `chaos-check` (the chaos run's independent checker: no oversell,
-# every row balanced, the ledger sums to every row, no write under a superseded epoch, one
-# reserve per reservation, reservations match their ledger rows) judge the restored database.
-# Only when it passes does the copy get a new identity — a new storage_identity.cluster_id, the
-# old one in restored_from, serving = true — and start listening on 127.0.0.1:PORT. A service
-# that works with the live database refuses the copy from then on (another cluster id: DESIGN.md
-# §13); services use it only when started against it on purpose. A copy that fails the check is
-# stopped and left in DIR, still marked not serving. Prints and writes DIR/restore.env
-# (RESTORED_DATABASE_URL, RESTORED_CLUSTER_ID, RESTORED_FROM).
+# Steps: `pgbackrest restore` writes the newest backup finished before the target into DIR/data,
+# archiving off; PostgreSQL recovers to the target (WAL from `archive-get`) and is promoted while
+# it listens on a private Unix socket only, so no service can reach it; storage_identity.serving
+# is set to false at once; `chaos --dump-database` and `chaos-check` (the chaos run's checker: no
+# oversell, rows balanced, the ledger sums to every row, no write under a superseded epoch, one
+# reserve per reservation, reservations match their ledger rows) judge it. Only when it passes
+# does the copy get a new identity (a new storage_identity.cluster_id, the old one in
+# restored_from, serving = true) and listen on 127.0.0.1:PORT; services that work with the live
+# database refuse it (another cluster id: DESIGN.md §13). A copy that fails the check is stopped
+# and left in DIR, not serving. Prints and writes DIR/restore.env (RESTORED_DATABASE_URL,
+# RESTORED_CLUSTER_ID, RESTORED_FROM, RESTORED_DATA). The drill then starts 2 allocators and a
+# router on the copy (ops/cluster.sh up --database-url) and checks a reserve, its replay and a
+# confirm through the router's API.
 #
 # Knobs: ALLOCATOR_PG_BIN, CHAOS_BIN_DIR (where chaos and chaos-check are; default
 # $CARGO_TARGET_DIR/debug, built with `cargo build -p chaos` if missing).
@@ -31,13 +33,7 @@ set -euo pipefail
 # shellcheck source=ops/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-backup=""
-to=""
-target=""
-latest=0
-db="allocator_demo"
-port=""
-drill=0
+backup="" to="" target="" latest=0 db="allocator_demo" port="" drill=0
 while (($#)); do
     case "$1" in
         --backup) backup=${2:?--backup needs a value}; shift 2 ;;
@@ -56,14 +52,6 @@ PG_BIN="$(pg_bin_dir)" || die "no PostgreSQL binaries (install postgresql or set
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 CHAOS_BIN_DIR="${CHAOS_BIN_DIR:-$TARGET_DIR/debug}"
 
-as_pg_user() {
-    if is_root; then
-        (cd / && runuser -u postgres -- "$@")
-    else
-        "$@"
-    fi
-}
-
 chaos_bins() {
     if [[ ! -x "$CHAOS_BIN_DIR/chaos" || ! -x "$CHAOS_BIN_DIR/chaos-check" ]]; then
         step "cargo build -p chaos"
@@ -72,60 +60,50 @@ chaos_bins() {
 }
 
 # psql on the restored server's private socket.
-rpsql() {
-    "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At -h "$to/sock" -p "$port" -U postgres -d "$db" "$@"
-}
+rpsql() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -At -h "$to/sock" -p "$port" -U postgres -d "$db" "$@"; }
 
 pg_ctl_restored() { as_pg_user "$PG_BIN/pg_ctl" -D "$to/data" -l "$to/postgres.log" "$@"; }
 
 restore() {
-    [[ -d "$backup/base" && -d "$backup/wal" ]] || die "$backup is not a backup made by ops/backup.sh"
+    local conf="$backup/pgbackrest.conf"
+    [[ -f "$conf" ]] || die "$backup is not a backup made by ops/backup.sh (no pgbackrest.conf)"
     ((latest)) || [[ -n "$target" ]] || die "--target-time or --latest is required"
     [[ -n "$to" ]] || die "--to is required"
     [[ ! -e "$to" ]] || die "$to exists; restore into a new directory"
+    ensure_packages pgbackrest jq
     port="${port:-$(free_port)}"
     chaos_bins
-
-    # The newest base backup that was finished before the target.
-    local target_epoch=9999999999 base="" done_at f
-    ((latest)) || target_epoch="$(date -u -d "$target" +%s.%N)" || die "cannot read --target-time '$target'"
-    for f in "$backup"/base/*.done; do
-        [[ -e "$f" ]] || continue
-        done_at="$(cat "$f")"
-        if awk -v a="$done_at" -v b="$target_epoch" 'BEGIN { exit !(a <= b) }'; then
-            base="${f%.done}"
-        fi
-    done
-    [[ -n "$base" ]] || die "no base backup in $backup finished before the target"
-    step "restoring $(basename "$base") into $to"
-    mkdir -p "$to"
-    to="$(cd "$to" && pwd)"
-    cp -a "$base" "$to/data"
-    cp -a "$backup/wal" "$to/wal"
+    local stanza recovery=()
+    stanza="$(awk -F'[][]' '/^\[/ && $2 != "global" { print $2; exit }' "$conf")"
+    pgbr() { as_pg_user pgbackrest "--config=$conf" "--stanza=$stanza" "$@"; }
+    if ((!latest)); then
+        # pgBackRest takes the newest backup finished before the target, else its latest one,
+        # which recovery could not stop before: refuse that here.
+        local target_epoch
+        target_epoch="$(date -u -d "$target" +%s)" || die "cannot read --target-time '$target'"
+        pgbr info --output=json | jq -e --argjson t "$target_epoch" \
+            'any(.[0].backup[]; .timestamp.stop < $t)' >/dev/null \
+            || die "no backup in $backup finished before the target"
+        recovery=(--type=time "--target=$target" --target-action=promote)
+    fi
     mkdir -p "$to/sock" "$to/check"
-    rm -f "$to/data/standby.signal" "$to/data/postmaster.pid"
+    to="$(cd "$to" && pwd)"
+    ! is_root || { chmod 755 "$to" && chown -R postgres:postgres "$to"; }
+    step "pgbackrest restore into $to/data"
+    # The copy must never push WAL into the live server's archive: archiving off.
+    pgbr restore "--pg1-path=$to/data" --archive-mode=off "${recovery[@]}" --log-level-console=info \
+        >"$to/pgbackrest-restore.log" 2>&1 || die "pgbackrest restore failed: $(tail -5 "$to/pgbackrest-restore.log")"
+    info "$(grep -o 'restore backup set .*' "$to/pgbackrest-restore.log")"
     {
-        # Recovery probes files the archive never had (timeline histories): both copies quiet.
-        echo "restore_command = 'cp \"$to/wal/%f\" \"%p\" 2>/dev/null || cp \"$to/wal/%f.partial\" \"%p\" 2>/dev/null'"
-        # Recovery refuses lower settings than the backed-up server had; its control file says.
-        "$PG_BIN/pg_controldata" "$to/data" | awk -F': *' '
-            /^max_connections setting/      { print "max_connections = " $2 }
-            /^max_worker_processes setting/ { print "max_worker_processes = " $2 }
-            /^max_wal_senders setting/      { print "max_wal_senders = " $2 }
-            /^max_prepared_xacts setting/   { print "max_prepared_transactions = " $2 }
-            /^max_locks_per_xact setting/   { print "max_locks_per_transaction = " $2 }'
-        echo "recovery_target_action = 'promote'"
-        ((latest)) || echo "recovery_target_time = '$target'"
+        echo "archive_command = ''"
+        # Recovery refuses lower max_connections, max_worker_processes, max_wal_senders,
+        # max_prepared_transactions, max_locks_per_transaction than the backed-up server had.
+        "$PG_BIN/pg_controldata" "$to/data" | awk -F': *' '/^max_[a-z_]+ setting:/ {
+            n = $1; sub(/ setting$/, "", n); sub(/xact/, "transaction", n); print n " = " $2 }'
         echo "primary_conninfo = ''"
         # A synchronous standby named by the live primary does not follow the copy.
         echo "synchronous_standby_names = ''"
     } >>"$to/data/postgresql.auto.conf"
-    touch "$to/data/recovery.signal"
-    if is_root; then
-        chmod 755 "$to"
-        chown -R postgres:postgres "$to"
-    fi
-    chmod 700 "$to/data"
 
     step "recovery on a private socket (no TCP listener)"
     pg_ctl_restored -w -t 300 -o "-p $port -k $to/sock -c listen_addresses='' -c archive_mode=off" start \
@@ -151,33 +129,59 @@ restore() {
     step "new identity"
     local identity
     identity="$(rpsql -c "UPDATE storage_identity SET restored_from = cluster_id,
-                              cluster_id = gen_random_uuid(), serving = true, stamped_at = now()
-                          RETURNING cluster_id, restored_from" | tr '|' ' ')"
-    read -r new_id old_id <<<"$identity"
+        cluster_id = gen_random_uuid(), serving = true, stamped_at = now()
+        RETURNING cluster_id, restored_from")" || die "stamping the new identity failed"
+    read -r new_id old_id <<<"${identity/|/ }"
     pg_ctl_restored -m fast -w stop >/dev/null
     pg_ctl_restored -w -t 60 -o "-p $port -k $to/sock -c listen_addresses=127.0.0.1 -c archive_mode=off" start \
         >/dev/null || die "restarting the restored server failed: $(tail -20 "$to/postgres.log")"
-    {
-        printf 'RESTORED_DATABASE_URL=%q\n' "postgres://postgres@127.0.0.1:$port/$db"
-        printf 'RESTORED_CLUSTER_ID=%q\n' "$new_id"
-        printf 'RESTORED_FROM=%q\n' "$old_id"
-        printf 'RESTORED_DATA=%q\n' "$to/data"
-    } >"$to/restore.env"
+    printf 'RESTORED_DATABASE_URL=%q\nRESTORED_CLUSTER_ID=%q\nRESTORED_FROM=%q\nRESTORED_DATA=%q\n' \
+        "postgres://postgres@127.0.0.1:$port/$db" "$new_id" "$old_id" "$to/data" >"$to/restore.env"
     ok "restored copy verified: cluster id $new_id (restored from $old_id), listening on 127.0.0.1:$port"
     info "stop it with: ${PG_BIN}/pg_ctl -D $to/data stop   (as the postgres user when root)"
     cat "$to/restore.env"
 }
 
+# serve_check ROUTER_URL: through a router on the restored copy, a restock of a new SKU, a reserve,
+# its replay (the same answer, one hold) and a confirm, each answer checked. 1 = failed.
+serve_check() {
+    local router=$1 n="$RANDOM$RANDOM" body code first rc=0
+    local id="drill-restored-$n" sku="drill-restored-sku-$n"
+    call() { code="$(curl -s -o "$DRILL_DIR/body" -D "$DRILL_DIR/headers" -w '%{http_code}' \
+        --max-time 10 -X POST -H 'Content-Type: application/json' "$router$1" -d "${2:-}")" || true
+        body="$(cat "$DRILL_DIR/body" 2>/dev/null)"; }
+    expect() { [[ "$1" == "$2" ]] || { warn "restored copy, $3: expected $2, got $1 (last answer $body)"; rc=1; }; }
+    call "/v1/inventory/$sku/adjustments" "{\"adjustment_id\":\"$id\",\"delta\":10}"
+    expect "$code" 201 "restock of 10 $sku"
+    local reserve="{\"reservation_id\":\"$id\",\"sku\":\"$sku\",\"quantity\":2,\"ttl_seconds\":600}"
+    call /v1/reservations "$reserve"
+    first="$body"
+    expect "$code $(jq -r .status <<<"$body")" "201 held" "reserve $id of 2"
+    call /v1/reservations "$reserve"
+    expect "$code $(tr -d '\r' <"$DRILL_DIR/headers" | grep -ci '^idempotent-replayed: true$')" "200 1" "replay"
+    expect "$(jq -cS . <<<"$body")" "$(jq -cS . <<<"$first")" "replay's answer"
+    expect "$(curl -s "$router/v1/inventory/$sku" | jq -c '[.available, .held]')" "[8,2]" "stock after the replay"
+    call "/v1/reservations/$id/confirm"
+    expect "$code $(jq -r .status <<<"$body")" "200 confirmed" "confirm"
+    expect "$("$PG_BIN/psql" -X -At -d "$RESTORED_DATABASE_URL" -c \
+        "SELECT status FROM reservations WHERE reservation_id = '$id'")" confirmed "the row in the copy"
+    ((rc == 0)) && ok "the copy served a restock, a reserve, its replay and a confirm as specified"
+    return "$rc"
+}
+
 # The drill: a private cluster under load, archived; a restore to a moment between two bursts
-# of load must hold exactly what was committed by then, pass the checker, and carry a new
-# identity.
+# of load must hold exactly what was committed by then, pass the checker, carry a new identity,
+# and serve reserves through allocators and a router started on it.
 drill() {
     local rc=0
     # Global: the EXIT trap runs after this function has returned.
     if is_root; then DRILL_DIR="$(mktemp -d /tmp/allocator-drill.XXXXXX)"; else DRILL_DIR="$(mktemp -d)"; fi
     local work="$DRILL_DIR"
     chmod 755 "$work"
+    # archive_mode needs a restart, so it is set at start; archive_command (it holds spaces,
+    # which CLUSTER_PG_OPTIONS cannot carry) only needs a reload and is set below.
     export CLUSTER_DIR="$work/cluster" CLUSTER_PRIVATE=1 CLUSTER_DB_NAME=allocator_drill
+    export CLUSTER_PG_OPTIONS="${CLUSTER_PG_OPTIONS:-} -c archive_mode=on"
     export CLUSTER_SKIP_BUILD=1 CLUSTER_ALLOCATOR_BIN="${CLUSTER_ALLOCATOR_BIN:-$TARGET_DIR/debug/allocator}"
     export CLUSTER_ROUTER_BIN="${CLUSTER_ROUTER_BIN:-$TARGET_DIR/debug/router}"
     local loadtest="${LOADTEST_BIN:-$TARGET_DIR/debug/loadtest}"
@@ -186,11 +190,11 @@ drill() {
         (cd "$REPO_ROOT" && cargo build -p allocator -p router -p loadtest </dev/null) || die "build failed"
     fi
     chaos_bins
+    ensure_packages pgbackrest curl jq
     cleanup() {
-        if [[ -f "$DRILL_DIR/restored/data/postmaster.pid" ]]; then
-            as_pg_user "$PG_BIN/pg_ctl" -D "$DRILL_DIR/restored/data" -m immediate stop >/dev/null 2>&1 || true
-        fi
-        "$OPS_DIR/backup.sh" stop --dir "$DRILL_DIR/backup" >/dev/null 2>&1 || true
+        CLUSTER_DIR="$DRILL_DIR/served" "$OPS_DIR/cluster.sh" down >/dev/null 2>&1 || true
+        [[ ! -f "$DRILL_DIR/restored/data/postmaster.pid" ]] \
+            || as_pg_user "$PG_BIN/pg_ctl" -D "$DRILL_DIR/restored/data" -m immediate stop >/dev/null 2>&1 || true
         "$OPS_DIR/cluster.sh" down >/dev/null 2>&1 || true
         rm -rf "$DRILL_DIR"
     }
@@ -198,23 +202,28 @@ drill() {
     "$OPS_DIR/cluster.sh" up >/dev/null || die "cluster up failed"
     # shellcheck disable=SC1091
     source "$CLUSTER_DIR/cluster.env" || die "no cluster env"
+    local live="$PG_BIN/psql -X -At -d $DATABASE_URL -c" archive_command
+    archive_command="$("$OPS_DIR/backup.sh" settings --dir "$work/backup" | sed -n 's/^archive_command = //p')"
+    $live "ALTER SYSTEM SET archive_command = $archive_command" -c "SELECT pg_reload_conf()" >/dev/null
+    for _ in {1..50}; do [[ "$($live 'SHOW archive_command')" == pgbackrest* ]] && break; sleep 0.1; done
     "$OPS_DIR/backup.sh" start --url "$DATABASE_URL" --dir "$work/backup"
     local run=(--target "$ROUTER_URL" --skus 50 --prefix drill --concurrency 4 --confirm-ratio 0.4
         --release-ratio 0.3 --no-progress)
     "$loadtest" seed --target "$ROUTER_URL" --skus 50 --stock 100000 --prefix drill >/dev/null
     "$loadtest" run "${run[@]}" --duration-secs 5 --seed 1 >/dev/null || die "first burst of load failed"
+    # Restores must take this incremental backup, not the one after the target.
+    "$OPS_DIR/backup.sh" base --dir "$work/backup" --type incr
     sleep 1
-    local at
+    local at expected total live_id
     at="$(date -u '+%Y-%m-%d %H:%M:%S.%6N+00')"
     sleep 1
     "$loadtest" run "${run[@]}" --duration-secs 3 --seed 2 >/dev/null || die "second burst of load failed"
-    local live="$PG_BIN/psql -X -At -d $DATABASE_URL -c"
-    local expected total live_id
-    expected="$($live "SELECT count(*) FROM reservations WHERE created_at <= '$at'")"
-    total="$($live "SELECT count(*) FROM reservations")"
-    live_id="$($live "SELECT cluster_id FROM storage_identity")"
-    sleep 1
+    "$OPS_DIR/backup.sh" base --dir "$work/backup" --type incr
+    read -r expected total live_id <<<"$($live "SELECT (SELECT count(*) FROM reservations WHERE
+        created_at <= '$at'), (SELECT count(*) FROM reservations), cluster_id FROM storage_identity" | tr '|' ' ')"
     "$OPS_DIR/backup.sh" stop --dir "$work/backup"
+    "$OPS_DIR/backup.sh" status --dir "$work/backup" >/dev/null || die "the repository does not verify"
+    "$OPS_DIR/cluster.sh" down >/dev/null 2>&1 || warn "stopping the live cluster failed"
     backup="$work/backup" to="$work/restored" target="$at" db=allocator_drill port=""
     restore
     # shellcheck disable=SC1091
@@ -226,12 +235,14 @@ drill() {
     ((total > expected)) || { warn "the second burst wrote nothing: the drill proves nothing"; rc=1; }
     [[ "$RESTORED_FROM" == "$live_id" && "$RESTORED_CLUSTER_ID" != "$live_id" ]] \
         || { warn "the restored copy does not carry a new identity"; rc=1; }
-    ((rc == 0)) && ok "restore drill passed" || warn "restore drill FAILED"
+    step "allocators and a router on the restored copy"
+    CLUSTER_DIR="$work/served" CLUSTER_ALLOCATORS=2 CLUSTER_ROUTERS=1 "$OPS_DIR/cluster.sh" up \
+        --database-url "$RESTORED_DATABASE_URL" >"$work/served.log" 2>&1 \
+        || die "services on the restored copy did not start: $(tail -20 "$work/served.log")"
+    # shellcheck disable=SC1091
+    serve_check "$(source "$work/served/cluster.env" && echo "$ROUTER_URL")" || rc=1
+    if ((rc == 0)); then ok "restore drill passed"; else warn "restore drill FAILED"; fi
     return "$rc"
 }
 
-if ((drill)); then
-    drill
-else
-    restore
-fi
+if ((drill)); then drill; else restore; fi

@@ -24,9 +24,9 @@
 #                               cluster spread over N shards (TESTKIT_SHARDS=N; a test whose
 #                               cluster has fewer allocators than N keeps one database); .ci/run
 #                               enables it with N=2.
-#   ops/test.sh --restore-drill after the tests: the backup and point-in-time restore drill on a
-#                               small private cluster (ops/restore.sh --drill, about a minute);
-#                               .ci/run enables it.
+#   ops/test.sh --restore-drill after the tests: the backup (pgBackRest) and point-in-time
+#                               restore drill on a small private cluster, ending with services on
+#                               the copy (ops/restore.sh --drill, under a minute); .ci/run enables it.
 #
 # The test run includes a few seconds of the load tool (loadtest/tests/smoke.rs: closed loop with
 # orders and expiring holds, then open loop at 40/s, against a real allocator and router on the

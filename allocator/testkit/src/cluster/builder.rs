@@ -25,7 +25,8 @@ pub enum Database {
     /// services get the multi-host URL of every node. Extra server settings do not apply (the
     /// cluster's settings live in Patroni's configuration).
     Patroni(usize),
-    /// An existing empty database on a server the cluster never touches.
+    /// An existing database on a server the cluster never touches: empty, or already migrated
+    /// (a restored copy; `allocator migrate` applies only what it lacks).
     Url(String),
 }
 

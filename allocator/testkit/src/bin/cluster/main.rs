@@ -110,6 +110,10 @@ pub struct UpArgs {
     /// The database; on the machine's server it is dropped and created again by `up`.
     #[arg(long, env = "CLUSTER_DB_NAME", default_value = "allocator_demo")]
     db_name: String,
+    /// An existing database to serve from as it is (e.g. a restored copy): never dropped or
+    /// recreated, and `allocator migrate` applies only what it lacks. No PostgreSQL is started.
+    #[arg(long, env = "CLUSTER_DATABASE_URL")]
+    database_url: Option<String>,
     #[arg(long, env = "CLUSTER_SYSTEM_PG_HOST", default_value = "127.0.0.1")]
     system_pg_host: String,
     #[arg(long, env = "CLUSTER_SYSTEM_PG_PORT", default_value_t = 5432)]

@@ -169,11 +169,16 @@ async fn start(dir: &Path, args: &UpArgs) -> Result<Cluster> {
     if patroni && standby.is_some() {
         bail!("--ha patroni and CLUSTER_PG_STANDBY are two ways of replicating; choose one");
     }
-    let database = match standby {
-        None if patroni => Database::Patroni(usize::from(args.ha_nodes)),
-        Some(mode) => Database::Replicated(mode),
-        None if private_pg => Database::Private,
-        None => match system_database(args).await {
+    let external = args.database_url.as_deref().filter(|url| !url.is_empty());
+    if external.is_some() && (standby.is_some() || patroni) {
+        bail!("--database-url (CLUSTER_DATABASE_URL) names the database to use; CLUSTER_PG_STANDBY and --ha start their own: choose one");
+    }
+    let database = match (external, standby) {
+        (Some(url), _) => Database::Url(url.to_owned()),
+        (None, None) if patroni => Database::Patroni(usize::from(args.ha_nodes)),
+        (None, Some(mode)) => Database::Replicated(mode),
+        (None, None) if private_pg => Database::Private,
+        (None, None) => match system_database(args).await {
             Ok(url) => Database::Url(url),
             Err(e) => {
                 eprintln!("PostgreSQL: the machine's server is not usable ({e:#}); starting a private one");
