@@ -206,6 +206,15 @@ async fn run_fault(mut setup: Setup, fault: Fault) {
         acks.confirms.len(),
         acks.failed_reserves.len(),
     );
+    // One line for ops/patroni-faults.sh's summary over runs (seconds from the fault).
+    eprintln!(
+        "failover-times fault={fault:?} promoted={:.3} service={:.3} gap={:.3} rejoined={:.3}",
+        promoted_after.as_secs_f64(),
+        service_after.as_secs_f64(),
+        acks.longest_gap(fault_at - Duration::from_secs(1), end)
+            .as_secs_f64(),
+        rejoined_after.as_secs_f64(),
+    );
     // The fence's own series (process-wide: other tests running beside this one add to them).
     let fence_series: Vec<String> = metrics_text(&setup.replica.url)
         .await
