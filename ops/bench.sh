@@ -27,6 +27,10 @@
 #   ops/bench.sh --shards     one shard (baseline) against two (current), 2 allocators and a
 #                             router each, same build: routed zipf, uniform and open-loop zipf
 #                             rows; CPU summed over the shards' servers and the allocators
+#   ops/bench.sh --pgbouncer  the services' sessions direct (baseline) and through PgBouncer in
+#                             session mode (current), same build and PostgreSQL server (a
+#                             database each): the --compare rows, BENCH_ROUNDS rounds
+#                             alternating; PgBouncer's CPU counts in the PostgreSQL column
 #   ops/bench.sh --profile    where the CPU goes at BENCH_OPEN_FRACTIONS (default 0.25 here) of
 #                             the routed peak: only the closed-loop zipf rows (for the peak) and
 #                             the open-loop rows, each open-loop row under `perf record -g -a` with
@@ -81,6 +85,7 @@ SHORT=""
 COMPARE=""
 RELAY=""
 SHARDS_AB=""
+PGBOUNCER=""
 PROFILE=""
 while (($#)); do
     case "$1" in
@@ -93,6 +98,7 @@ while (($#)); do
             ;;
         --relay) RELAY=1 ;;
         --shards) SHARDS_AB=1 ;;
+        --pgbouncer) PGBOUNCER=1 ;;
         --profile) PROFILE=1 ;;
         -h | --help) print_header_usage "${BASH_SOURCE[0]}"; exit 0 ;;
         *) die "unknown argument '$1' (try --help)" ;;
@@ -155,6 +161,7 @@ cleanup() {
         CLUSTER_DIR="$state" CLUSTER_STOP_TIMEOUT=15 "$OPS_DIR/cluster.sh" down \
             >>"$BENCH_DIR/cluster.down.log" 2>&1 || warn "ops/cluster.sh down failed (see $BENCH_DIR/cluster.down.log)"
     done
+    [[ -z "${BOUNCER_PID:-}" ]] || kill "$BOUNCER_PID" 2>/dev/null || true
     exit "$rc"
 }
 trap cleanup EXIT
@@ -236,13 +243,14 @@ use_cluster() {
     REDIS_PORT="${REDIS_URL#redis://}"
     REDIS_PORT="${REDIS_PORT%%/*}"
     REDIS_PORT="${REDIS_PORT##*:}"
-    PG_PID="$(head -n1 "$state/run/postgres.pid" 2>/dev/null || true)"
+    PG_PID="$(head -n1 "$state/run/postgres.pid" 2>/dev/null || echo "${BOUNCED_PG_PID:-}")"
     ALLOC_PID="$(head -n1 "$state/run/alloc-1.pid" 2>/dev/null || true)"
     ROUTER_PID="$(head -n1 "$state/run/router-1.pid" 2>/dev/null || true)"
     for v in PG_PID ALLOC_PID ROUTER_PID; do
         [[ "${!v}" =~ ^[0-9]+$ ]] && pid_alive "${!v}" || die "cannot find cluster $1's $v"
     done
     WATCH=("postgres=$PG_PID" "allocator=$ALLOC_PID" "router=$ROUTER_PID")
+    [[ -z "${BOUNCER_PID:-}" || "$1" != cluster ]] || WATCH+=("postgres-pgbouncer=$BOUNCER_PID")
     SHARD_LIST=()
     [[ -n "$SHARDS_AB" ]] && ab_watch_more "$state"
     return 0
@@ -264,6 +272,10 @@ if [[ -n "$RELAY" ]]; then
     CLUSTER_ALLOCATOR_ARGS="${CLUSTER_ALLOCATOR_ARGS:-} --events true" start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
 elif [[ -n "$SHARDS_AB" ]]; then
     BENCH_SHARDS=2 BENCH_ALLOCATORS=2 start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
+elif [[ -n "$PGBOUNCER" ]]; then
+    start_cluster baseline "$ALLOCATOR_BIN" "$ROUTER_BIN"
+    ab_pgbouncer_start
+    CLUSTER_DATABASE_URL="$BOUNCER_URL" start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
 else
     start_cluster cluster "$ALLOCATOR_BIN" "$ROUTER_BIN"
 fi
@@ -406,7 +418,7 @@ loadtest_row() {
 
 ROW_N=0
 VARIANT=""
-[[ -n "$COMPARE" || -n "$RELAY" || -n "$SHARDS_AB" ]] && ab_run
+[[ -n "$COMPARE$RELAY$SHARDS_AB$PGBOUNCER" ]] && ab_run
 
 naive_tables
 for workload in $([[ -n "$PROFILE" ]] && echo zipf || echo uniform zipf hot); do

@@ -33,6 +33,29 @@ ab_seed_shards() {
     done
 }
 
+# ab_pgbouncer_start (--pgbouncer): PgBouncer in session mode in front of the baseline cluster's
+# PostgreSQL, as the database's OS user, and a database of its own there; sets BOUNCER_URL,
+# BOUNCER_PID and BOUNCED_PG_PID (the server, for the current cluster's CPU column).
+ab_pgbouncer_start() {
+    local dir="$BENCH_DIR/pgbouncer" port
+    port="$(free_port)"
+    mkdir -p "$dir"
+    "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres allocator_bounced
+    printf '"postgres" ""\n' >"$dir/users.txt"
+    printf '%s\n' "[databases]" "* = host=127.0.0.1 port=$PG_PORT" "[pgbouncer]" \
+        "listen_addr = 127.0.0.1" "listen_port = $port" "unix_socket_dir =" "auth_type = trust" \
+        "auth_file = $dir/users.txt" "pool_mode = session" "default_pool_size = 200" \
+        "max_client_conn = 1000" "logfile = $dir/pgbouncer.log" "pidfile = $dir/pgbouncer.pid" \
+        >"$dir/pgbouncer.ini"
+    is_root && chown -R postgres "$dir"
+    as_pg_user pgbouncer -d "$dir/pgbouncer.ini" || die "PgBouncer did not start (log $dir/pgbouncer.log)"
+    sleep 0.5
+    BOUNCER_PID="$(head -n1 "$dir/pgbouncer.pid")" || die "no PgBouncer pid"
+    BOUNCED_PG_PID=$PG_PID
+    BOUNCER_URL="postgres://postgres@127.0.0.1:$port/allocator_bounced"
+    info "PgBouncer (session mode) on 127.0.0.1:$port, pid $BOUNCER_PID, in front of PostgreSQL pid $PG_PID"
+}
+
 # ab_run: runs the rounds, prints the table and exits with the rows' status.
 ab_run() {
     CURRENT_LOADTEST=$LOADTEST
@@ -41,6 +64,11 @@ ab_run() {
         BASE_LOADTEST=$LOADTEST
         NAMES="relay off,relay on"
         ABOUT="The change-event relay off (baseline) and on (current), same build"
+    elif [[ -n "$PGBOUNCER" ]]; then
+        use_cluster baseline
+        BASE_LOADTEST=$LOADTEST
+        NAMES="direct,PgBouncer"
+        ABOUT="Sessions direct to PostgreSQL (baseline) and through PgBouncer 1.18 in session mode (current; its CPU in the PostgreSQL column), same build and server"
     elif [[ -n "$SHARDS_AB" ]]; then
         BENCH_ALLOCATORS=2 start_cluster baseline "$ALLOCATOR_BIN" "$ROUTER_BIN"
         BASE_LOADTEST=$LOADTEST

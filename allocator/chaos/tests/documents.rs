@@ -54,6 +54,8 @@ const OUTSIDE_FLAGS: &[(&str, &[&str])] = &[
     ("perf record", &["--call-graph"]),
     ("ps", &["--sort"]),
     ("patronictl switchover", &["--force"]),
+    ("pgbackrest", &["--config", "--stanza"]),
+    ("pg_receivewal", &["--synchronous"]),
 ];
 
 /// Variables of the toolchain and of the outside world that the documents mention.
