@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use storage::{FenceSettings, StorageFence};
-use tokio_postgres::NoTls;
 
 pub use edge::pg::PoolSettings;
 
@@ -61,49 +60,49 @@ pub async fn connect(database_url: &str) -> anyhow::Result<tokio_postgres::Clien
 }
 
 /// A `LISTEN` session on one notification channel, outside any pool: it must stay connected
-/// and idle, which a pooled connection is not.
+/// and idle, which a pooled connection is not. It passes the same storage fence as every pooled
+/// session ([`storage::connect_listening`]): on a revived old primary it would hear nothing its
+/// peers announce on the new one.
 pub struct Listener {
-    database_url: String,
+    fence: Arc<StorageFence>,
     channel: &'static str,
 }
 
-pub fn listen(database_url: &str, channel: &'static str) -> Listener {
+pub fn listen(fence: &Arc<StorageFence>, channel: &'static str) -> Listener {
     Listener {
-        database_url: database_url.to_owned(),
+        fence: fence.clone(),
         channel,
     }
 }
 
+/// How often a listening session checks that its server is still the newest primary known.
+const SUPERSEDED_CHECK: Duration = Duration::from_millis(500);
+
 impl Listener {
     /// Connect, `LISTEN`, and call `on_notification` for every notification until the
-    /// connection ends (the caller reconnects).
+    /// connection ends or the fence learns of a newer primary (the caller reconnects).
     pub async fn run(self, mut on_notification: impl FnMut()) -> anyhow::Result<()> {
-        use futures::StreamExt;
-
-        let mut pg: tokio_postgres::Config = self.database_url.parse()?;
+        let mut pg = self.fence.config().clone();
         // Keepalives: a black-holed link must end the session so the loop reconnects.
         edge::pg::session(&mut pg, "allocator:listener", CONNECT_TIMEOUT);
-        let (client, mut connection) = pg.connect(NoTls).await?;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        // The connection delivers notifications only while it is polled, including while the
-        // LISTEN statement itself runs; so it is driven by its own task.
-        let driver = tokio::spawn(async move {
-            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            while let Some(message) = messages.next().await {
-                if let tokio_postgres::AsyncMessage::Notification(_) = message? {
-                    let _ = tx.send(());
-                }
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        });
+        let (client, mut notifications, created) =
+            storage::connect_listening(&self.fence, &pg).await?;
         client
             .batch_execute(&format!("LISTEN {}", self.channel))
             .await?;
-        while rx.recv().await.is_some() {
-            on_notification();
+        let mut check = tokio::time::interval(SUPERSEDED_CHECK);
+        loop {
+            tokio::select! {
+                notification = notifications.recv() => match notification {
+                    Some(_) => on_notification(),
+                    None => anyhow::bail!("the listening session ended"),
+                },
+                _ = check.tick() => {
+                    if self.fence.superseded(created) {
+                        anyhow::bail!("the listening session's server was superseded");
+                    }
+                }
+            }
         }
-        drop(client);
-        driver.await??;
-        Ok(())
     }
 }

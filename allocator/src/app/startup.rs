@@ -225,7 +225,7 @@ pub(super) fn start_lease_manager(
             campaign_interval: config.campaign_interval,
             handoff_listen: config.handoff_listen,
         },
-        config.database_url.clone(),
+        storage.fence.clone(),
         storage.lease_pool.clone(),
         ownership.clone(),
         workers,

@@ -140,7 +140,7 @@ impl LeaseManager {
     pub(super) async fn listen_for_handoffs(self: Arc<Self>, stop: CancellationToken) {
         let mut failures = 0u32;
         loop {
-            let session = crate::sessions::listen(&self.database_url, store::HANDOFF_CHANNEL);
+            let session = crate::sessions::listen(&self.fence, store::HANDOFF_CHANNEL);
             let ended = tokio::select! {
                 _ = stop.cancelled() => return,
                 ended = session.run(|| self.campaign_now.notify_one()) => ended,

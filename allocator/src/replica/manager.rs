@@ -73,15 +73,15 @@ pub struct LeaseManager {
     pub(super) ready: tokio::sync::watch::Sender<bool>,
     /// Woken by a peer's announced release or departure: campaign now, not at the next period.
     pub(super) campaign_now: tokio::sync::Notify,
-    /// For the hand-off listener's own session, outside the pool.
-    pub(super) database_url: String,
+    /// For the hand-off listener's own session, outside the pool (behind the same fence).
+    pub(super) fence: Arc<storage::StorageFence>,
 }
 
 impl LeaseManager {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: ManagerSettings,
-        database_url: String,
+        fence: Arc<storage::StorageFence>,
         pool: Pool,
         ownership: Arc<Ownership>,
         workers: Arc<WorkerContext>,
@@ -96,7 +96,7 @@ impl LeaseManager {
             hints,
             ready,
             campaign_now: tokio::sync::Notify::new(),
-            database_url,
+            fence,
         })
     }
 

@@ -25,4 +25,4 @@ mod probe;
 
 pub use self::fence::{FenceSettings, MetricNames, StorageFence};
 pub use self::identity::{Refusal, ServerIdentity, Verdict};
-pub use self::pool::{build_pool, connect, PoolLimits};
+pub use self::pool::{build_pool, connect, connect_listening, PoolLimits};

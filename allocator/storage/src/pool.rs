@@ -12,13 +12,14 @@
 //!   reused: it may lead to the server that was just superseded. Checking costs no round trip.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{
     Connect, Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime,
 };
+use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};
 
 use crate::fence::StorageFence;
 use crate::identity::{self, Verdict};
@@ -179,4 +180,53 @@ impl Connect for FencedConnect {
         let config = pg_config.clone();
         Box::pin(async move { self.open(&config).await })
     }
+}
+
+/// A session outside any pool that must see the server's notifications (`LISTEN`), made and
+/// judged like a pooled one: the hosts are read first, and the session goes to the first host
+/// the fence judges the newest writable primary, never to a revived old one. Its notifications
+/// arrive on the returned channel, which closes when the session ends; the returned instant is
+/// when it was made, for [`StorageFence::superseded`] (a session made before the known position
+/// rose should be ended and made again).
+pub async fn connect_listening(
+    fence: &Arc<StorageFence>,
+    config: &Config,
+) -> anyhow::Result<(Client, UnboundedReceiver<Notification>, Instant)> {
+    use futures::StreamExt;
+
+    fence.probe_all().await;
+    let mut refusals = Vec::new();
+    for (label, host) in StorageFence::hosts_of(config) {
+        let created = Instant::now();
+        let (client, mut connection) = match host.connect(NoTls).await {
+            Ok(pair) => pair,
+            Err(e) => {
+                refusals.push(format!("{label}: {e}"));
+                continue;
+            }
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Notifications are delivered only while the connection is polled, including while the
+        // identity is read and `LISTEN` runs: a task of its own polls it from the start.
+        tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notification(notification) = message {
+                    let _ = tx.send(notification);
+                }
+            }
+        });
+        match identity::read(&client).await {
+            Ok(server) => match fence.judge(&server, &label, true) {
+                Verdict::Writable => return Ok((client, rx, created)),
+                other => refusals.push(format!("{label}: {other:?}")),
+            },
+            Err(e) => refusals.push(format!("{label}: {e}")),
+        }
+    }
+    anyhow::bail!(
+        "storage fence: no configured server is the newest writable primary for a listening \
+         session ({})",
+        refusals.join("; ")
+    )
 }

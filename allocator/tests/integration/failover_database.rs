@@ -131,3 +131,60 @@ async fn database_blackhole_and_stop_make_partitions_unavailable_then_recover() 
     );
     replica.stop().await;
 }
+
+/// The hand-off `LISTEN` session passes the storage fence like every pooled session: after a
+/// failover, with the old primary revived writable at the first address of the URL, a listener
+/// of a process that has seen the promotion connects to the new primary and hears what is
+/// announced there (a session through the URL's own `target_session_attrs=read-write` would take
+/// the old primary, the first host that accepts writes, and hear nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listening_session_follows_the_newest_primary_not_a_revived_old_one() {
+    use testkit::{ReplicatedPg, Replication};
+
+    let mut pair = ReplicatedPg::start(Replication::Synchronous).await.unwrap();
+    let url = pair.create_database("listening").await.unwrap();
+    migrate(&url, PARTITIONS).await;
+    let fence = allocator::sessions::fence(&url, "listening-test").unwrap();
+    fence.probe_all().await;
+
+    pair.kill_primary().unwrap();
+    pair.promote_standby().await.unwrap();
+    fence.probe_all().await;
+    pair.revive_old_primary_writable().await.unwrap();
+
+    let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let listener = tokio::spawn(allocator::sessions::listen(&fence, "listening_test").run(
+        move || {
+            let _ = heard_tx.send(());
+        },
+    ));
+    // Announce on the new primary until the listener hears it (its LISTEN may not have run yet).
+    let primary = pair.primary();
+    let new_primary = primary
+        .connect_url(&primary.url_for("listening"))
+        .await
+        .expect("the new primary");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        new_primary
+            .batch_execute("NOTIFY listening_test")
+            .await
+            .unwrap();
+        if tokio::time::timeout(Duration::from_millis(300), heard.recv())
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(
+            !listener.is_finished(),
+            "the listener ended: {:?}",
+            listener.await
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the listener heard nothing announced on the new primary"
+        );
+    }
+    listener.abort();
+}
