@@ -24,6 +24,15 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The process's storage fence for `database_url`. An allocator stamps a new generation on a
 /// primary it finds promoted.
 pub fn fence(database_url: &str, application_name: &str) -> anyhow::Result<Arc<StorageFence>> {
+    remembering_fence(database_url, application_name, None)
+}
+
+/// [`fence`] keeping what it knows in `memory` across restarts (`--fence-memory`).
+pub fn remembering_fence(
+    database_url: &str,
+    application_name: &str,
+    memory: Option<std::path::PathBuf>,
+) -> anyhow::Result<Arc<StorageFence>> {
     StorageFence::new(
         database_url,
         FenceSettings {
@@ -34,6 +43,7 @@ pub fn fence(database_url: &str, application_name: &str) -> anyhow::Result<Arc<S
             application_name: format!("{application_name}:fence"),
             // A replica serves one database: its series need no shard label.
             shard: None,
+            memory,
         },
     )
 }

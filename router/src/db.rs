@@ -77,6 +77,8 @@ pub fn fence(config: &RouterConfig, shard: &ShardTarget) -> anyhow::Result<Arc<S
             stamp: false,
             application_name: "router:fence".to_owned(),
             shard: Some(shard.name.to_string()),
+            // The router only reads the map; the allocators' fences guard every write.
+            memory: None,
         },
     )
 }

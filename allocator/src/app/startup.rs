@@ -110,7 +110,11 @@ impl Storage {
         };
         // Before any pool connects: read every configured host, so that the first connection
         // already knows the newest primary (DESIGN.md §13).
-        let fence = crate::sessions::fence(&config.database_url, &pool_settings.application_name)?;
+        let fence = crate::sessions::remembering_fence(
+            &config.database_url,
+            &pool_settings.application_name,
+            config.fence_memory.clone(),
+        )?;
         fence.probe_all().await;
         edge::pg::require_session_pooling(&fence, &pool_settings.application_name).await?;
         let pool = build_fenced_pool(&fence, &pool_settings)?;

@@ -59,6 +59,12 @@ pub struct ServeArgs {
     /// partitions its shard holds.
     #[arg(long, env = "ALLOCATOR_CATALOG_URL")]
     pub catalog_url: Option<String>,
+    /// A file where the storage fence keeps the newest database primary it has seen, so that a
+    /// restart while only a superseded old primary answers refuses it (DESIGN.md §13). Keep it
+    /// on storage that outlives the process; remove it only to point the replica at another
+    /// database cluster on purpose. Unset: the fence knows only what it sees after start.
+    #[arg(long, env = "ALLOCATOR_FENCE_MEMORY")]
+    pub fence_memory: Option<std::path::PathBuf>,
     /// Every shard of a cluster over several, as `NAME=URL` (as for `allocator migrate`; in
     /// `ALLOCATOR_SHARDS` separated by spaces): retention then removes an order only once its
     /// lines are gone on every shard. Without it an order stored here waits for its lines here.
@@ -222,6 +228,8 @@ pub struct AllocatorConfig {
     pub database_url: String,
     /// `None`: the shard is its own catalog.
     pub catalog_url: Option<String>,
+    /// `--fence-memory`.
+    pub fence_memory: Option<std::path::PathBuf>,
     /// Every shard of the cluster (`--shard`); empty when not given.
     pub shards: Vec<schema::shard::ShardTarget>,
     pub listen: SocketAddr,
@@ -300,6 +308,7 @@ impl TryFrom<ServeArgs> for AllocatorConfig {
         let config = AllocatorConfig {
             database_url: args.database_url,
             catalog_url: args.catalog_url.filter(|u| !u.is_empty()),
+            fence_memory: args.fence_memory.filter(|p| !p.as_os_str().is_empty()),
             shards: args.shards,
             listen: args.listen,
             replica_id: args.replica_id,

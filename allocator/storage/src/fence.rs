@@ -1,6 +1,7 @@
 //! The process-wide fence: what this process knows of the cluster, applied to every server it
 //! connects to, kept fresh by a prober that reads every configured host once per interval.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,10 @@ pub struct FenceSettings {
     /// A `shard` label on every series this fence records (a router keeps a fence per shard,
     /// whose series would otherwise collide); `None` records them unlabelled.
     pub shard: Option<String>,
+    /// A file that keeps what the fence knows across restarts: read at start (so a process
+    /// restarted while only a superseded old primary answers refuses it), rewritten whenever the
+    /// known cluster or position changes. `None`: knowledge lives in memory only.
+    pub memory: Option<PathBuf>,
 }
 
 impl FenceSettings {
@@ -89,6 +94,31 @@ impl std::fmt::Debug for StorageFence {
     }
 }
 
+/// What `path` remembers; nothing when it does not exist yet.
+fn recall(path: &Path) -> anyhow::Result<Known> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Known::from_line(&text).ok_or_else(|| {
+            anyhow::anyhow!(
+                "the storage fence's memory {} is unreadable ({text:?}); remove it only if the \
+                 service is meant to use another database cluster",
+                path.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Known::default()),
+        Err(e) => Err(anyhow::anyhow!("reading {}: {e}", path.display())),
+    }
+}
+
+/// Replaces `path`'s content atomically (a new file renamed over it, flushed first).
+fn remember(path: &Path, line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let fresh = path.with_extension("new");
+    let mut file = std::fs::File::create(&fresh)?;
+    file.write_all(line.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&fresh, path)
+}
+
 impl StorageFence {
     /// A fence for the servers `database_url` names (one or several hosts).
     pub fn new(database_url: &str, settings: FenceSettings) -> anyhow::Result<Arc<StorageFence>> {
@@ -99,13 +129,17 @@ impl StorageFence {
         if hosts.is_empty() {
             anyhow::bail!("the database url names no host");
         }
+        let known = match &settings.memory {
+            Some(path) => recall(path)?,
+            None => Known::default(),
+        };
         let mut probe_base = base.clone();
         probe_base.application_name(&settings.application_name);
         probe_base.connect_timeout(settings.probe_timeout);
         Ok(Arc::new(StorageFence {
             hosts: single_host_configs(&probe_base),
             base,
-            known: Mutex::new(Known::default()),
+            known: Mutex::new(known),
             raised_at: Mutex::new(None),
             settings,
         }))
@@ -125,7 +159,18 @@ impl StorageFence {
     pub(crate) fn judge(&self, server: &ServerIdentity, host: &str, report: bool) -> Verdict {
         let (verdict, raised, position) = {
             let mut known = self.known.lock().expect("fence lock");
+            let before = known.to_line();
             let (verdict, raised) = known.judge(server);
+            if let Some(path) = &self.settings.memory {
+                // Rare (the first server seen, a promotion), so written in place, under the
+                // lock: a later change is never overwritten by an earlier one.
+                if let Some(line) = known.to_line().filter(|line| Some(line) != before.as_ref()) {
+                    if let Err(e) = remember(path, &line) {
+                        tracing::error!(path = %path.display(), error = %e,
+                            "storage fence: could not write its memory");
+                    }
+                }
+            }
             (verdict, raised, known.position())
         };
         let names = &self.settings.metrics;
@@ -281,6 +326,7 @@ mod tests {
             stamp: false,
             application_name: "test".to_owned(),
             shard: shard.map(str::to_owned),
+            memory: None,
         }
     }
 

@@ -117,6 +117,33 @@ impl Known {
         self.position
     }
 
+    /// What is worth remembering across a restart, as one line
+    /// (`system_id cluster_id|- timeline generation`); `None` before any server was seen.
+    pub fn to_line(&self) -> Option<String> {
+        let (system_id, cluster_id) = self.cluster.as_ref()?;
+        Some(format!(
+            "{system_id} {} {} {}\n",
+            cluster_id.as_deref().unwrap_or("-"),
+            self.position.0,
+            self.position.1
+        ))
+    }
+
+    /// The inverse of [`Known::to_line`].
+    pub fn from_line(line: &str) -> Option<Known> {
+        let mut fields = line.split_whitespace();
+        let system_id = fields.next()?.parse().ok()?;
+        let cluster_id = match fields.next()? {
+            "-" => None,
+            id => Some(id.to_owned()),
+        };
+        let position = (fields.next()?.parse().ok()?, fields.next()?.parse().ok()?);
+        fields.next().is_none().then_some(Known {
+            cluster: Some((system_id, cluster_id)),
+            position,
+        })
+    }
+
     /// Judges `server` and learns from it. Returns the verdict and whether the known position
     /// rose (then connections made before may lead to a superseded server).
     ///
@@ -307,5 +334,29 @@ mod tests {
         let mut standby = promoted.clone();
         standby.read_only = true;
         assert!(!standby.needs_stamp());
+    }
+
+    #[test]
+    fn what_is_remembered_reads_back_as_the_same_knowledge() {
+        assert_eq!(
+            Known::default().to_line(),
+            None,
+            "nothing seen, nothing to remember"
+        );
+        let mut known = Known::default();
+        known.judge(&server(1, 0, false));
+        known.judge(&server(2, 3, true));
+        let line = known.to_line().expect("a cluster was seen");
+        let recalled = Known::from_line(&line).expect("reads back");
+        assert_eq!(recalled, known);
+        // What it refuses after a restart: the old primary, behind the remembered position.
+        let mut restarted = recalled;
+        assert_eq!(
+            restarted.judge(&server(1, 0, false)).0,
+            Verdict::Refused(Refusal::Behind)
+        );
+        for garbage in ["", "7", "7 - 2", "x - 2 3", "7 - 2 3 4"] {
+            assert_eq!(Known::from_line(garbage), None, "{garbage:?}");
+        }
     }
 }

@@ -188,3 +188,51 @@ async fn the_listening_session_follows_the_newest_primary_not_a_revived_old_one(
     }
     listener.abort();
 }
+
+/// The fence remembers the newest primary across a restart (`--fence-memory`): a process that
+/// saw a failover, restarted while only the revived old primary answers (the promoted one is out
+/// of reach), refuses it; the same restart without memory takes it, as the first host that
+/// accepts writes. The replica itself does not start on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_remembers_the_newest_primary_and_refuses_the_old_one() {
+    use testkit::{ReplicatedPg, Replication};
+
+    let mut pair = ReplicatedPg::start(Replication::Synchronous).await.unwrap();
+    let url = pair.create_database("remembering").await.unwrap();
+    migrate(&url, PARTITIONS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let memory = dir.path().join("fence-memory");
+    let remembering =
+        || allocator::sessions::remembering_fence(&url, "memory-test", Some(memory.clone()));
+    {
+        let fence = remembering().unwrap();
+        fence.probe_all().await;
+        pair.kill_primary().unwrap();
+        pair.promote_standby().await.unwrap();
+        fence.probe_all().await;
+    }
+    pair.revive_old_primary_writable().await.unwrap();
+    pair.primary_mut().stop().await.unwrap();
+
+    let forgetful = allocator::sessions::fence(&url, "memory-test").unwrap();
+    storage::connect(&forgetful, forgetful.config())
+        .await
+        .expect("without memory a restarted process takes the revived old primary");
+
+    let fence = remembering().unwrap();
+    let refused = storage::connect(&fence, fence.config())
+        .await
+        .expect_err("with memory the old primary is refused");
+    assert!(
+        format!("{refused:#}").contains("a newer primary of this cluster is known"),
+        "{refused:#}"
+    );
+    let memory_arg = memory.display().to_string();
+    let serve = allocator::app::Application::build(fast_config_with(
+        &url,
+        "remembering",
+        &["--fence-memory", &memory_arg],
+    ))
+    .await;
+    assert!(serve.is_err(), "the replica started on the old primary");
+}
