@@ -90,9 +90,34 @@ async fn open(host: &Config) -> anyhow::Result<Client> {
     Ok(client)
 }
 
+/// [`ROUNDS`] rounds of the check on one pair of connections: A's server process must be the
+/// same throughout, and never B's.
 async fn sessions_of(a: &Client, b: &Client) -> anyhow::Result<PoolingCheck> {
     let first = server_pid(a).await?;
+    for _ in 0..ROUNDS {
+        let verdict = round(a, b, first).await?;
+        if !matches!(verdict, PoolingCheck::Session) {
+            return Ok(verdict);
+        }
+    }
+    Ok(PoolingCheck::Session)
+}
+
+/// Several rounds, because a pooler that hands out its longest-idle server session
+/// (PgBouncer's `server_round_robin`) may give A its own session back once by chance.
+const ROUNDS: usize = 3;
+
+async fn round(a: &Client, b: &Client, first: i32) -> anyhow::Result<PoolingCheck> {
+    let now = server_pid(a).await?;
+    if now != first {
+        return Ok(PoolingCheck::Multiplexed(format!(
+            "one client connection ran on two server sessions (pids {first}, {now})"
+        )));
+    }
     if let Err(e) = b.batch_execute("BEGIN").await {
+        if e.as_db_error().is_none() {
+            return Err(e.into());
+        }
         // PgBouncer's statement mode: "transaction blocks not allowed in statement pooling mode".
         return Ok(PoolingCheck::Multiplexed(format!(
             "a transaction was refused ({e})"
