@@ -1,53 +1,96 @@
-//! The serve command's flags with the environment variables that set them, named in refusals.
+//! The serve command's flags, named in refusals as `--flag (VARIABLE)`. Each is looked up by
+//! its field in [`ServeArgs`], so the name and the variable are clap's, never restated here.
 
-/// A flag and the environment variable that sets it, for error messages.
-pub(super) struct Flag {
-    flag: &'static str,
-    env: &'static str,
-}
+use clap::{Args, Command};
+
+use super::ServeArgs;
+
+/// A `serve` flag, by the [`ServeArgs`] field that holds it, for error messages.
+pub(super) struct Flag(&'static str);
 
 impl std::fmt::Display for Flag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "--{} ({})", self.flag, self.env)
+        let command = ServeArgs::augment_args(Command::new("serve"));
+        let Some(arg) = command
+            .get_arguments()
+            .find(|arg| arg.get_id().as_str() == self.0)
+        else {
+            return write!(f, "{}", self.0);
+        };
+        write!(f, "--{}", arg.get_long().unwrap_or(self.0))?;
+        match arg.get_env() {
+            Some(env) => write!(f, " ({})", env.to_string_lossy()),
+            None => Ok(()),
+        }
     }
 }
 
-const fn flag(flag: &'static str, env: &'static str) -> Flag {
-    Flag { flag, env }
-}
+pub(super) const LEASE_TTL: Flag = Flag("lease_ttl_ms");
+pub(super) const RENEW_INTERVAL: Flag = Flag("renew_interval_ms");
+pub(super) const LEASE_MARGIN: Flag = Flag("lease_margin_ms");
+pub(super) const CAMPAIGN_INTERVAL: Flag = Flag("campaign_interval_ms");
+pub(super) const POOL_SIZE: Flag = Flag("pool_size");
+pub(super) const POOL_WAIT: Flag = Flag("pool_wait_ms");
+pub(super) const STATEMENT_TIMEOUT: Flag = Flag("statement_timeout_ms");
+pub(super) const IDLE_IN_TX_TIMEOUT: Flag = Flag("idle_in_transaction_timeout_ms");
+pub(super) const LOCK_TIMEOUT: Flag = Flag("lock_timeout_ms");
+pub(super) const COMMIT_LANES: Flag = Flag("commit_lanes");
+pub(super) const GROUP_MAX_PARTITIONS: Flag = Flag("group_max_partitions");
+pub(super) const BATCH_MAX: Flag = Flag("batch_max");
+pub(super) const QUEUE_CAPACITY: Flag = Flag("queue_capacity");
+pub(super) const REQUEST_TIMEOUT: Flag = Flag("request_timeout_ms");
+pub(super) const EXPIRY_INTERVAL: Flag = Flag("expiry_interval_ms");
+pub(super) const EXPIRY_BATCH: Flag = Flag("expiry_batch");
+pub(super) const HTTP_WORKERS: Flag = Flag("http_workers");
+pub(super) const REPLICA_ID: Flag = Flag("replica_id");
+pub(super) const SETTLEMENT_WINDOW: Flag = Flag("settlement_window_secs");
+pub(super) const SETTLEMENT_GRACE: Flag = Flag("settlement_grace_ms");
+pub(super) const IDEMPOTENCY_HORIZON: Flag = Flag("idempotency_horizon_secs");
+pub(super) const RETENTION_BATCH: Flag = Flag("retention_batch");
+pub(super) const CLIENT_CONCURRENCY: Flag = Flag("client_concurrency");
 
-pub(super) const LEASE_TTL: Flag = flag("lease-ttl-ms", "ALLOCATOR_LEASE_TTL_MS");
-pub(super) const RENEW_INTERVAL: Flag = flag("renew-interval-ms", "ALLOCATOR_RENEW_INTERVAL_MS");
-pub(super) const LEASE_MARGIN: Flag = flag("lease-margin-ms", "ALLOCATOR_LEASE_MARGIN_MS");
-pub(super) const CAMPAIGN_INTERVAL: Flag =
-    flag("campaign-interval-ms", "ALLOCATOR_CAMPAIGN_INTERVAL_MS");
-pub(super) const POOL_SIZE: Flag = flag("pool-size", "ALLOCATOR_POOL_SIZE");
-pub(super) const POOL_WAIT: Flag = flag("pool-wait-ms", "ALLOCATOR_POOL_WAIT_MS");
-pub(super) const STATEMENT_TIMEOUT: Flag =
-    flag("statement-timeout-ms", "ALLOCATOR_STATEMENT_TIMEOUT_MS");
-pub(super) const IDLE_IN_TX_TIMEOUT: Flag = flag(
-    "idle-in-transaction-timeout-ms",
-    "ALLOCATOR_IDLE_IN_TX_TIMEOUT_MS",
-);
-pub(super) const LOCK_TIMEOUT: Flag = flag("lock-timeout-ms", "ALLOCATOR_LOCK_TIMEOUT_MS");
-pub(super) const COMMIT_LANES: Flag = flag("commit-lanes", "ALLOCATOR_COMMIT_LANES");
-pub(super) const GROUP_MAX_PARTITIONS: Flag =
-    flag("group-max-partitions", "ALLOCATOR_GROUP_MAX_PARTITIONS");
-pub(super) const BATCH_MAX: Flag = flag("batch-max", "ALLOCATOR_BATCH_MAX");
-pub(super) const QUEUE_CAPACITY: Flag = flag("queue-capacity", "ALLOCATOR_QUEUE_CAPACITY");
-pub(super) const REQUEST_TIMEOUT: Flag = flag("request-timeout-ms", "ALLOCATOR_REQUEST_TIMEOUT_MS");
-pub(super) const EXPIRY_INTERVAL: Flag = flag("expiry-interval-ms", "ALLOCATOR_EXPIRY_INTERVAL_MS");
-pub(super) const EXPIRY_BATCH: Flag = flag("expiry-batch", "ALLOCATOR_EXPIRY_BATCH");
-pub(super) const HTTP_WORKERS: Flag = flag("http-workers", "ALLOCATOR_HTTP_WORKERS");
-pub(super) const REPLICA_ID: Flag = flag("replica-id", "ALLOCATOR_REPLICA_ID");
-pub(super) const SETTLEMENT_WINDOW: Flag =
-    flag("settlement-window-secs", "ALLOCATOR_SETTLEMENT_WINDOW_SECS");
-pub(super) const SETTLEMENT_GRACE: Flag =
-    flag("settlement-grace-ms", "ALLOCATOR_SETTLEMENT_GRACE_MS");
-pub(super) const IDEMPOTENCY_HORIZON: Flag = flag(
-    "idempotency-horizon-secs",
-    "ALLOCATOR_IDEMPOTENCY_HORIZON_SECS",
-);
-pub(super) const RETENTION_BATCH: Flag = flag("retention-batch", "ALLOCATOR_RETENTION_BATCH");
-pub(super) const CLIENT_CONCURRENCY: Flag =
-    flag("client-concurrency", "ALLOCATOR_CLIENT_CONCURRENCY");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_names_its_option_and_variable() {
+        let all = [
+            LEASE_TTL,
+            RENEW_INTERVAL,
+            LEASE_MARGIN,
+            CAMPAIGN_INTERVAL,
+            POOL_SIZE,
+            POOL_WAIT,
+            STATEMENT_TIMEOUT,
+            IDLE_IN_TX_TIMEOUT,
+            LOCK_TIMEOUT,
+            COMMIT_LANES,
+            GROUP_MAX_PARTITIONS,
+            BATCH_MAX,
+            QUEUE_CAPACITY,
+            REQUEST_TIMEOUT,
+            EXPIRY_INTERVAL,
+            EXPIRY_BATCH,
+            HTTP_WORKERS,
+            REPLICA_ID,
+            SETTLEMENT_WINDOW,
+            SETTLEMENT_GRACE,
+            IDEMPOTENCY_HORIZON,
+            RETENTION_BATCH,
+            CLIENT_CONCURRENCY,
+        ];
+        for flag in all {
+            let shown = flag.to_string();
+            assert!(
+                shown.starts_with("--") && shown.ends_with(')') && shown.contains(" (ALLOCATOR_"),
+                "{} is not a serve flag with a variable: {shown}",
+                flag.0
+            );
+        }
+        assert_eq!(
+            LEASE_TTL.to_string(),
+            "--lease-ttl-ms (ALLOCATOR_LEASE_TTL_MS)"
+        );
+    }
+}
