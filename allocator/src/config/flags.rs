@@ -1,5 +1,6 @@
 //! The serve command's flags, named in refusals as `--flag (VARIABLE)`. Each is looked up by
-//! its field in [`ServeArgs`], so the name and the variable are clap's, never restated here.
+//! its field in [`ServeArgs`], so the name and the variable are clap's, never restated here;
+//! the few another crate takes as text are checked against clap by a test.
 
 use clap::{Args, Command};
 
@@ -49,6 +50,19 @@ pub(super) const IDEMPOTENCY_HORIZON: Flag = Flag("idempotency_horizon_secs");
 pub(super) const RETENTION_BATCH: Flag = Flag("retention_batch");
 pub(super) const CLIENT_CONCURRENCY: Flag = Flag("client_concurrency");
 
+/// The access flags, for refusals (the `access` crate takes them as text).
+pub const ACCESS_FLAGS: access::Flags = access::Flags {
+    auth_file: "--auth-file (ALLOCATOR_AUTH_FILE)",
+    rate: "--client-rate (ALLOCATOR_CLIENT_RATE)",
+    burst: "--client-burst (ALLOCATOR_CLIENT_BURST)",
+    require_router: Some("--require-router (ALLOCATOR_REQUIRE_ROUTER)"),
+};
+
+/// The TLS flags, for refusals (the `access` crate takes them as text).
+pub const TLS_CERT_FLAG: &str = "--tls-cert (ALLOCATOR_TLS_CERT)";
+pub const TLS_KEY_FLAG: &str = "--tls-key (ALLOCATOR_TLS_KEY)";
+pub const TLS_CLIENT_CA_FLAG: &str = "--tls-client-ca (ALLOCATOR_TLS_CLIENT_CA)";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +106,24 @@ mod tests {
             LEASE_TTL.to_string(),
             "--lease-ttl-ms (ALLOCATOR_LEASE_TTL_MS)"
         );
+    }
+
+    #[test]
+    fn the_flags_given_as_text_are_clap_s() {
+        let texts = [
+            ("auth_file", ACCESS_FLAGS.auth_file),
+            ("client_rate", ACCESS_FLAGS.rate),
+            ("client_burst", ACCESS_FLAGS.burst),
+            (
+                "require_router",
+                ACCESS_FLAGS.require_router.unwrap_or_default(),
+            ),
+            ("tls_cert", TLS_CERT_FLAG),
+            ("tls_key", TLS_KEY_FLAG),
+            ("tls_client_ca", TLS_CLIENT_CA_FLAG),
+        ];
+        for (field, text) in texts {
+            assert_eq!(Flag(field).to_string(), text);
+        }
     }
 }

@@ -21,6 +21,7 @@ pub use crate::shard::MigrateArgs;
 
 mod flags;
 use flags::*;
+pub use flags::{ACCESS_FLAGS, TLS_CERT_FLAG, TLS_CLIENT_CA_FLAG, TLS_KEY_FLAG};
 
 /// Shortest hold-expiry sweep period: sweeping more often only spends transactions.
 pub const EXPIRY_INTERVAL_MIN: Duration = Duration::from_millis(10);
@@ -59,12 +60,11 @@ pub struct ServeArgs {
     /// partitions its shard holds.
     #[arg(long, env = "ALLOCATOR_CATALOG_URL")]
     pub catalog_url: Option<String>,
-    /// A file where the storage fence keeps the newest database primary it has seen, so that a
-    /// restart while only a superseded old primary answers refuses it (DESIGN.md §13). Keep it
-    /// on storage that outlives the process; remove it only to point the replica at another
-    /// database cluster on purpose. Unset: the fence knows only what it sees after start.
+    /// A file, on storage that outlives the process, where the storage fence keeps the newest
+    /// primary seen: a restart while only a superseded old primary answers refuses it
+    /// (DESIGN.md §13). Remove it only to point the replica at another cluster on purpose.
     #[arg(long, env = "ALLOCATOR_FENCE_MEMORY")]
-    pub fence_memory: Option<std::path::PathBuf>,
+    pub fence_memory: Option<PathBuf>,
     /// Every shard of a cluster over several, as `NAME=URL` (as for `allocator migrate`; in
     /// `ALLOCATOR_SHARDS` separated by spaces): retention then removes an order only once its
     /// lines are gone on every shard. Without it an order stored here waits for its lines here.
@@ -229,7 +229,7 @@ pub struct AllocatorConfig {
     /// `None`: the shard is its own catalog.
     pub catalog_url: Option<String>,
     /// `--fence-memory`.
-    pub fence_memory: Option<std::path::PathBuf>,
+    pub fence_memory: Option<PathBuf>,
     /// Every shard of the cluster (`--shard`); empty when not given.
     pub shards: Vec<schema::shard::ShardTarget>,
     pub listen: SocketAddr,
@@ -275,19 +275,6 @@ pub struct AllocatorConfig {
     /// HTTPS on the listener; `None` serves plain HTTP.
     pub tls: Option<access::tls::ServerTlsSettings>,
 }
-
-/// The access flags, for refusals.
-pub const ACCESS_FLAGS: access::Flags = access::Flags {
-    auth_file: "--auth-file (ALLOCATOR_AUTH_FILE)",
-    rate: "--client-rate (ALLOCATOR_CLIENT_RATE)",
-    burst: "--client-burst (ALLOCATOR_CLIENT_BURST)",
-    require_router: Some("--require-router (ALLOCATOR_REQUIRE_ROUTER)"),
-};
-
-/// The TLS flags, for refusals.
-pub const TLS_CERT_FLAG: &str = "--tls-cert (ALLOCATOR_TLS_CERT)";
-pub const TLS_KEY_FLAG: &str = "--tls-key (ALLOCATOR_TLS_KEY)";
-pub const TLS_CLIENT_CA_FLAG: &str = "--tls-client-ca (ALLOCATOR_TLS_CLIENT_CA)";
 
 fn non_zero(value: usize, flag: Flag) -> Result<NonZeroUsize> {
     NonZeroUsize::new(value).ok_or_else(|| anyhow::anyhow!("{flag} must be at least 1, got 0"))
